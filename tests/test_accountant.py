@@ -1,0 +1,299 @@
+"""Privacy accountant: reference table, independent accountants, inverses, plan and ledger."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from wasp_vllm.privacy.accountant import (
+    PrivacyBudgetExceeded,
+    PrivacyLedger,
+    calibrate_sigma,
+    delta_for_epsilon_mu,
+    epsilon_for_mu,
+    epsilon_for_sigma,
+    mu_for_epsilon,
+    paper_epsilon,
+    paper_sigma,
+    plan_privacy,
+    wasp_sensitivity,
+)
+
+# --- the reference table of DESIGN.md (delta = 1e-5, T = 5, Q = 8) ------------------------------
+
+REFERENCE = [  # epsilon, paper sigma, exact add/remove sigma, exact replace sigma
+    (1.0, 38.758, 12.184, 17.231),
+    (4.0, 9.690, 3.531, 4.994),
+    (8.0, 4.845, 1.960, 2.772),
+]
+
+
+@pytest.mark.parametrize(("eps", "paper", "add_remove", "replace"), REFERENCE)
+def test_reference_table(eps, paper, add_remove, replace):
+    assert round(paper_sigma(eps, 1e-5, 5), 3) == paper
+    assert round(calibrate_sigma(eps, 1e-5, wasp_sensitivity(8), 4), 3) == add_remove
+    assert round(calibrate_sigma(eps, 1e-5, wasp_sensitivity(8, "replace"), 4), 3) == replace
+    assert round(plan_privacy(eps, 1e-5, 5, 8).sigma, 3) == add_remove
+    assert round(plan_privacy(eps, 1e-5, 5, 8, neighbour="replace").sigma, 3) == replace
+    assert round(plan_privacy(eps, 1e-5, 5, 8, mode="paper").sigma, 3) == paper
+
+
+# --- sensitivity ------------------------------------------------------------------------------------
+
+
+def test_sensitivity_formula():
+    for q in (1, 2, 8, 30):
+        assert math.isclose(wasp_sensitivity(q), math.sqrt(8 / 3 * (1 - 4.0**-q)), rel_tol=1e-15)
+        assert math.isclose(wasp_sensitivity(q, "replace"), math.sqrt(2) * wasp_sensitivity(q), rel_tol=1e-15)
+        assert math.isclose(wasp_sensitivity(q, records_per_unit=3), 3 * wasp_sensitivity(q), rel_tol=1e-15)
+    assert wasp_sensitivity(1) == pytest.approx(math.sqrt(2))
+    assert wasp_sensitivity(1) < wasp_sensitivity(2) < wasp_sensitivity(20) < math.sqrt(8 / 3)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(q=0), dict(q=1.5), dict(q=True), dict(q=8, neighbour="swap"), dict(q=8, records_per_unit=0)],
+)
+def test_sensitivity_validation(kwargs):
+    with pytest.raises(ValueError):
+        wasp_sensitivity(**kwargs)
+
+
+# --- agreement with dp_accounting -----------------------------------------------------------------
+
+# epsilon, delta, sensitivity, compositions
+DP_CASES = [
+    (1.0, 1e-5, wasp_sensitivity(8), 4),
+    (4.0, 1e-5, wasp_sensitivity(8, "replace"), 4),
+    (8.0, 1e-5, wasp_sensitivity(8), 4),
+    (0.1, 1e-6, 1.0, 1),
+    (0.5, 1e-8, wasp_sensitivity(4), 9),
+    (2.0, 1e-3, wasp_sensitivity(2, records_per_unit=3), 2),
+    (20.0, 1e-10, 1.0, 1),
+    (0.01, 1e-12, 1.0, 3),
+]
+
+
+@pytest.mark.parametrize(("eps", "delta", "sens", "k"), DP_CASES)
+def test_sigma_agrees_with_dp_accounting(eps, delta, sens, k):
+    common = pytest.importorskip("dp_accounting.pld.common")
+    pld_accountant = pytest.importorskip("dp_accounting.pld.accountant")
+    mechanism = pytest.importorskip("dp_accounting.pld.privacy_loss_mechanism")
+    sigma = calibrate_sigma(eps, delta, sens, k)
+    params = common.DifferentialPrivacyParameters(eps, delta)
+    theirs = pld_accountant.get_smallest_gaussian_noise(params, k, sens)
+    assert sigma == pytest.approx(theirs, rel=1e-6)
+    # their closed-form hockey-stick divergence at our sigma is exactly the target delta
+    loss = mechanism.GaussianPrivacyLoss(sigma, sensitivity=sens * math.sqrt(k))
+    assert loss.get_delta_for_epsilon(eps) == pytest.approx(delta, rel=1e-6)
+    assert loss.get_delta_for_epsilon(eps) <= delta * (1 + 1e-9)  # never too little noise
+
+
+@pytest.mark.parametrize(("eps", "delta", "sens", "k"), [c for c in DP_CASES if c[1] >= 1e-10])
+def test_epsilon_agrees_with_pld_accountant(eps, delta, sens, k):
+    """The PLD accountant composes the k Gaussian events itself; its epsilon must match ours.
+
+    Its privacy-loss grid (spacing 1e-3) holds every epsilon of DP_CASES, where it is precise; off
+    the grid it rounds epsilon up by less than one spacing.
+    """
+    dp_event = pytest.importorskip("dp_accounting.dp_event")
+    pld_mod = pytest.importorskip("dp_accounting.pld.pld_privacy_accountant")
+    for factor, rel, slack in ((1.0, 1e-6, 0.0), (1.1, 0.0, 1e-3)):
+        sigma = calibrate_sigma(eps, delta, sens, k) * factor
+        accountant = pld_mod.PLDAccountant(value_discretization_interval=1e-3)
+        accountant.compose(dp_event.GaussianDpEvent(sigma / sens), k)
+        theirs, ours = accountant.get_epsilon(delta), epsilon_for_sigma(sigma, delta, sens, k)
+        if rel:
+            assert ours == pytest.approx(theirs, rel=rel)
+        else:
+            assert ours * (1 - 1e-9) <= theirs <= ours + slack
+
+
+def test_heterogeneous_ledger_agrees_with_pld_accountant():
+    dp_event = pytest.importorskip("dp_accounting.dp_event")
+    pld_mod = pytest.importorskip("dp_accounting.pld.pld_privacy_accountant")
+    sens = wasp_sensitivity(8)
+    ledger = PrivacyLedger(epsilon=10.0, delta=1e-5)
+    accountant = pld_mod.PLDAccountant(value_discretization_interval=1e-3)
+    for rnd, sigma in enumerate([3.0, 5.0, 4.0]):
+        ledger.record(rnd, sigma, sens, "add_remove")
+        accountant.compose(dp_event.GaussianDpEvent(sigma / sens))
+    # three different discretised PLDs are composed on their side: pessimistic by < 3 grid steps
+    theirs = accountant.get_epsilon(1e-5)
+    assert ledger.spent_epsilon() * (1 - 1e-9) <= theirs <= ledger.spent_epsilon() + 3e-3
+
+
+def test_analytic_gaussian_against_high_precision():
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    worst = 0.0
+    for eps in (0.01, 0.3, 1.0, 10.0, 100.0):
+        for delta in (1e-12, 1e-7, 1e-3, 0.5):
+            mu = mu_for_epsilon(eps, delta)
+            m, e = mp.mpf(mu), mp.mpf(eps)
+            exact = mp.ncdf(m / 2 - e / m) - mp.e**e * mp.ncdf(-m / 2 - e / m)
+            worst = max(worst, abs(float(exact / delta) - 1), abs(delta_for_epsilon_mu(eps, mu) / delta - 1))
+    assert worst < 1e-9
+
+
+# --- inverses and monotonicity --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eps", [0.01, 0.1, 1.0, 4.0, 25.0, 100.0])
+@pytest.mark.parametrize("delta", [1e-12, 1e-8, 1e-5, 0.01, 0.5])
+def test_round_trip(eps, delta):
+    sens, k = wasp_sensitivity(8), 4
+    sigma = calibrate_sigma(eps, delta, sens, k)
+    back = epsilon_for_sigma(sigma, delta, sens, k)
+    assert back == pytest.approx(eps, rel=1e-9)
+    assert back <= eps * (1 + 1e-12)  # the calibrated sigma never overspends
+    assert epsilon_for_sigma(sigma * (1 - 1e-6), delta, sens, k) > eps  # and is the smallest one
+
+
+def test_monotonicity():
+    sens = wasp_sensitivity(8)
+    sigmas_eps = [calibrate_sigma(e, 1e-5, sens, 4) for e in (0.05, 0.5, 1, 2, 8, 50)]
+    assert all(a > b for a, b in zip(sigmas_eps, sigmas_eps[1:], strict=False))
+    sigmas_delta = [calibrate_sigma(1.0, d, sens, 4) for d in (1e-12, 1e-8, 1e-5, 1e-2, 0.4)]
+    assert all(a > b for a, b in zip(sigmas_delta, sigmas_delta[1:], strict=False))
+    sigmas_k = [calibrate_sigma(1.0, 1e-5, sens, k) for k in (1, 2, 5, 20)]
+    assert all(a < b for a, b in zip(sigmas_k, sigmas_k[1:], strict=False))
+    assert calibrate_sigma(1.0, 1e-5, 2 * sens, 4) == pytest.approx(2 * calibrate_sigma(1.0, 1e-5, sens, 4))
+    eps_sigma = [epsilon_for_sigma(s, 1e-5, sens, 4) for s in (0.5, 1, 3, 10, 100)]
+    assert all(a > b for a, b in zip(eps_sigma, eps_sigma[1:], strict=False))
+
+
+def test_epsilon_zero_for_overwhelming_noise():
+    # delta(0) = 2 Phi(mu/2) - 1 < delta: no epsilon needed
+    assert epsilon_for_mu(1e-6, 1e-5) == 0.0
+    assert epsilon_for_mu(0.1, 1e-5) > 0.0
+
+
+def test_paper_formula_and_inverse():
+    assert paper_sigma(2.0, 1e-5, 3) == pytest.approx(4 * math.sqrt(2 * math.log(1.25e5)) * math.sqrt(2) / 2)
+    for eps in (0.5, 1.0, 8.0):
+        assert paper_epsilon(paper_sigma(eps, 1e-6, 7), 1e-6, 7) == pytest.approx(eps, rel=1e-13)
+    with pytest.raises(ValueError):
+        paper_sigma(1.0, 1e-5, 1)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(0.0, 1e-5, 1.0, 1), (-1.0, 1e-5, 1.0, 1), (1.0, 0.0, 1.0, 1), (1.0, 1.0, 1.0, 1), (1.0, 1e-5, 0.0, 1),
+     (1.0, 1e-5, 1.0, 0), (math.nan, 1e-5, 1.0, 1), (math.inf, 1e-5, 1.0, 1), (1.0, 1e-5, 1.0, 1.5)],
+)
+def test_calibration_validation(args):
+    with pytest.raises(ValueError):
+        calibrate_sigma(*args)
+
+
+# --- plan -------------------------------------------------------------------------------------------
+
+
+def test_plan_exact_and_paper_report_both_epsilons():
+    exact = plan_privacy(4.0, 1e-5, 5, 8)
+    assert exact.compositions == 4 and exact.needs_noise
+    assert exact.sensitivity == wasp_sensitivity(8)
+    assert exact.epsilon_exact_spent == pytest.approx(4.0, rel=1e-9)
+    assert exact.epsilon_paper_claimed == pytest.approx(paper_epsilon(exact.sigma, 1e-5, 5))
+    assert exact.epsilon_paper_claimed > 4.0  # the paper's formula is looser
+    paper = plan_privacy(4.0, 1e-5, 5, 8, mode="paper")
+    assert paper.epsilon_paper_claimed == pytest.approx(4.0, rel=1e-12)
+    assert paper.epsilon_exact_spent < 4.0
+    assert json.loads(json.dumps(paper.to_dict()))["mode"] == "paper"
+
+
+def test_plan_user_level_scales_noise():
+    one = plan_privacy(2.0, 1e-5, 4, 8)
+    three = plan_privacy(2.0, 1e-5, 4, 8, records_per_unit=3)
+    assert three.sigma == pytest.approx(3 * one.sigma, rel=1e-12)
+    paper3 = plan_privacy(2.0, 1e-5, 4, 8, mode="paper", records_per_unit=3)
+    assert paper3.sigma == pytest.approx(3 * paper_sigma(2.0, 1e-5, 4))
+    assert paper3.epsilon_paper_claimed == pytest.approx(2.0)
+
+
+def test_plan_single_round_needs_no_noise():
+    plan = plan_privacy(1.0, 1e-5, 1, 8)
+    assert plan.compositions == 0 and plan.sigma is None and not plan.needs_noise
+    assert plan.epsilon_exact_spent == 0.0 and plan.epsilon_paper_claimed == 0.0
+
+
+@pytest.mark.parametrize("kwargs", [dict(rounds=0), dict(mode="loose"), dict(q=0), dict(neighbour="x")])
+def test_plan_validation(kwargs):
+    args = dict(epsilon=1.0, delta=1e-5, rounds=5, q=8) | kwargs
+    with pytest.raises(ValueError):
+        plan_privacy(**args)
+
+
+# --- ledger -----------------------------------------------------------------------------------------
+
+
+def test_ledger_spends_the_planned_budget_and_refuses_more():
+    plan = plan_privacy(3.0, 1e-5, 5, 8)
+    ledger = PrivacyLedger(epsilon=3.0, delta=1e-5)
+    for rnd in range(plan.compositions):
+        ledger.record(rnd, plan.sigma, plan.sensitivity, "add_remove")
+    assert ledger.spent_epsilon() == pytest.approx(3.0, rel=1e-9)
+    with pytest.raises(PrivacyBudgetExceeded):
+        ledger.record(99, plan.sigma, plan.sensitivity, "add_remove")
+    assert len(ledger.releases) == plan.compositions  # refused before appending
+
+
+def test_ledger_exact_composition_of_unequal_sigmas():
+    ledger = PrivacyLedger(epsilon=50.0, delta=1e-6)
+    ledger.record(0, 2.0, 1.5, "add_remove")
+    ledger.record(1, 4.0, 1.5, "add_remove")
+    mu = math.sqrt((1.5 / 2) ** 2 + (1.5 / 4) ** 2)
+    assert ledger.spent_epsilon() == pytest.approx(epsilon_for_mu(mu, 1e-6), rel=1e-12)
+    # the paper formula generalised: 4 sqrt(2 ln(1.25/delta)) sqrt(sum 1/sigma_i^2)
+    expected = 4 * math.sqrt(2 * math.log(1.25e6)) * math.sqrt(1 / 4 + 1 / 16)
+    assert ledger.spent_epsilon_paper() == pytest.approx(expected, rel=1e-12)
+
+
+def test_ledger_paper_mode_matches_paper_formula():
+    sigma = paper_sigma(2.0, 1e-5, 4)
+    ledger = PrivacyLedger(epsilon=2.0, delta=1e-5, mode="paper")
+    for rnd in range(3):
+        ledger.record(rnd, sigma, wasp_sensitivity(8), "add_remove")
+    assert ledger.spent_epsilon() == pytest.approx(2.0, rel=1e-12)
+    assert ledger.spent_epsilon_exact() < 2.0
+    with pytest.raises(PrivacyBudgetExceeded):
+        ledger.record(3, sigma, wasp_sensitivity(8), "add_remove")
+
+
+def test_ledger_round_trip_and_report():
+    ledger = PrivacyLedger(epsilon=8.0, delta=1e-5)
+    sens = wasp_sensitivity(8, "replace")
+    ledger.record(0, 3.0, sens, "replace")
+    ledger.record(1, 3.0, sens, "replace")
+    data = json.loads(json.dumps(ledger.to_dict()))
+    again = PrivacyLedger.from_dict(data)
+    assert again.to_dict() == ledger.to_dict()
+    assert again.spent_epsilon() == ledger.spent_epsilon()
+    report = ledger.report()
+    json.dumps(report)
+    assert report["compositions"] == 2 and report["sigma"] == 3.0 and report["neighbour"] == "replace"
+    assert report["sensitivity"] == sens and report["epsilon_budget"] == 8.0 and report["delta"] == 1e-5
+    assert report["epsilon_spent_exact"] == pytest.approx(epsilon_for_sigma(3.0, 1e-5, sens, 2))
+    assert report["epsilon_spent_paper"] > report["epsilon_spent_exact"]
+    assert PrivacyLedger(epsilon=1.0, delta=1e-5).spent_epsilon() == 0.0
+
+
+@pytest.mark.parametrize(
+    "args", [(-1, 1.0, 1.0, "add_remove"), (0, 0.0, 1.0, "add_remove"), (0, 1.0, -1.0, "add_remove"),
+             (0, 1.0, 1.0, "other")],
+)
+def test_ledger_record_validation(args):
+    ledger = PrivacyLedger(epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError):
+        ledger.record(*args)
+    assert ledger.releases == []
+
+
+def test_ledger_validation():
+    with pytest.raises(ValueError):
+        PrivacyLedger(epsilon=0.0, delta=1e-5)
+    with pytest.raises(ValueError):
+        PrivacyLedger(epsilon=1.0, delta=1e-5, mode="nope")

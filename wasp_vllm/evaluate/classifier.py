@@ -1,0 +1,354 @@
+"""Downstream task model: train on (synthetic) labelled text, score on the real test split.
+
+This is how the paper judges a synthetic set: the accuracy of a classifier trained on it
+alone.  Two task models:
+
+- ``logreg`` (CPU default, no download): logistic regression on sentence embeddings of
+  the packaged embedder.  Hyper-parameters are fixed (C=1 on standardised features):
+  the only held-out data is the test split, and choosing anything by looking at it
+  would inflate every method's score.
+- ``bert``: fine-tune a local BERT-like encoder directory (the paper fine-tunes BERT);
+  CUDA when present, otherwise slowly on CPU.
+
+Degenerate training sets are reported rather than hidden: a label absent from the
+training set is listed in ``missing_train_labels``; a single-class training set yields
+the constant predictor (flagged ``degenerate``) because a collapsed generator is a
+result a benchmark must show, not a crash that hides the other methods' numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, f1_score
+from sklearn.preprocessing import StandardScaler
+
+from wasp_vllm.evaluate.common import EvaluationError, to_label_indices
+
+log = logging.getLogger(__name__)
+
+TASK_MODELS = ("logreg", "bert")
+LOGREG_C = 1.0  # fixed regularisation; see the module docstring for why it is not tuned
+LOGREG_MAX_ITER = 2000
+# Hugging Face ids tried in the local cache when model="bert" is given no bert_path.
+DEFAULT_BERT_IDS = ("google-bert/bert-base-uncased", "bert-base-uncased")
+
+
+class TextEncoder(Protocol):
+    """Anything with ``encode(texts) -> float array [n, d]`` (e.g. ``wasp_vllm.embed.Embedder``)."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclass
+class BertSettings:
+    """Fine-tuning settings for ``model="bert"``: the usual few-epoch, small-batch recipe."""
+
+    epochs: int = 3
+    batch_size: int = 16
+    learning_rate: float = 3e-5
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.1
+    max_length: int = 256
+    device: str | None = None
+
+
+@dataclass
+class EvalReport:
+    """Scores of one task model on the test split, plus what its training set looked like.
+
+    ``macro_f1`` averages over the labels present in the test set or predicted (sklearn's
+    default), so a label the model never predicts but the test set holds counts as F1 = 0.
+    ``per_label_f1`` is None for a label that is neither in the test set nor predicted.
+    ``degenerate`` marks the constant predictor used for a single-class training set.
+    """
+
+    model: str
+    accuracy: float
+    macro_f1: float
+    per_label_f1: dict[str, float | None]
+    train_label_counts: dict[str, int]
+    test_label_counts: dict[str, int]
+    missing_train_labels: list[str]
+    n_train: int
+    n_test: int
+    degenerate: bool = False
+    embedder: str | None = None
+    seed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict (floats, ints, strings, lists, None)."""
+        return asdict(self)
+
+
+def _check_inputs(texts: Sequence[str], labels: np.ndarray, what: str) -> None:
+    if len(texts) == 0:
+        raise EvaluationError(f"the {what} set is empty")
+    if len(texts) != len(labels):
+        raise EvaluationError(f"{what}: {len(texts)} texts but {len(labels)} labels")
+
+
+def _counts(labels: np.ndarray, label_names: Sequence[str]) -> dict[str, int]:
+    counts = np.bincount(labels, minlength=len(label_names))
+    return {name: int(c) for name, c in zip(label_names, counts, strict=True)}
+
+
+def _encode(embedder: TextEncoder, texts: Sequence[str]) -> np.ndarray:
+    emb = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
+    if emb.ndim != 2 or emb.shape[0] != len(texts):
+        raise EvaluationError(f"embedder returned shape {emb.shape} for {len(texts)} texts")
+    return emb
+
+
+def fit_predict_logreg(
+    train_emb: np.ndarray, train_y: np.ndarray, test_emb: np.ndarray, seed: int = 0
+) -> np.ndarray:
+    """Standardise on the training set, fit a fixed-C logistic regression, predict the test set.
+
+    Needs at least two classes in ``train_y`` (the caller handles the single-class case).
+    """
+    scaler = StandardScaler().fit(train_emb)
+    clf = LogisticRegression(C=LOGREG_C, max_iter=LOGREG_MAX_ITER, random_state=seed)
+    clf.fit(scaler.transform(train_emb), train_y)
+    return clf.predict(scaler.transform(test_emb)).astype(np.int64)
+
+
+def resolve_bert_path(bert_path: str | os.PathLike[str] | None) -> Path:
+    """A local directory with a BERT-like encoder: the given path or HF id, or bert-base-uncased if cached.
+
+    Never downloads; the error says what to do on a machine without the model.
+    """
+    from wasp_vllm.engines.registry import _snapshot
+
+    if bert_path is not None:
+        path = Path(bert_path).expanduser()
+        if path.is_dir():
+            if not (path / "config.json").exists():
+                raise EvaluationError(f"{path} has no config.json: not a transformers model directory")
+            return path
+        cached = _snapshot(str(bert_path))
+        if cached is not None:
+            return cached
+        raise EvaluationError(
+            f"task model 'bert' needs a local encoder: {bert_path!r} is neither a model directory "
+            "nor in the local Hugging Face cache"
+        )
+    for hf_id in DEFAULT_BERT_IDS:
+        cached = _snapshot(hf_id)
+        if cached is not None:
+            return cached
+    raise EvaluationError(
+        "task model 'bert' needs a local BERT-like encoder: pass bert_path=<model directory> "
+        f"(none of {', '.join(DEFAULT_BERT_IDS)} is in the local Hugging Face cache), "
+        "or use model='logreg', which needs no download"
+    )
+
+
+def _bert_batches(n: int, batch_size: int, generator: Any) -> list[list[int]]:
+    import torch
+
+    order = torch.randperm(n, generator=generator).tolist()
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def fit_predict_bert(
+    train_texts: Sequence[str],
+    train_y: np.ndarray,
+    test_texts: Sequence[str],
+    num_labels: int,
+    bert_path: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    settings: BertSettings | None = None,
+) -> np.ndarray:
+    """Fine-tune a sequence classifier on the training texts and predict the test texts."""
+    path = resolve_bert_path(bert_path)  # before the slow imports, so a missing model fails fast
+    import torch
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        get_linear_schedule_with_warmup,
+    )
+
+    cfg = settings or BertSettings()
+    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(path), num_labels=num_labels, local_files_only=True, ignore_mismatched_sizes=True
+    ).to(device)
+    log.info(
+        "fine-tuning %s on %d texts (%d epochs, device %s)", path.name, len(train_texts), cfg.epochs, device
+    )
+
+    def tokenize(texts: Sequence[str]) -> dict[str, Any]:
+        enc = tokenizer(
+            list(texts), padding=True, truncation=True, max_length=cfg.max_length, return_tensors="pt"
+        )
+        return {k: v.to(device) for k, v in enc.items()}
+
+    steps = cfg.epochs * math.ceil(len(train_texts) / cfg.batch_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_fraction * steps), steps)
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.as_tensor(train_y, dtype=torch.long)
+    model.train()
+    for epoch in range(cfg.epochs):
+        total = 0.0
+        for batch in _bert_batches(len(train_texts), cfg.batch_size, generator):
+            out = model(**tokenize([train_texts[i] for i in batch]), labels=labels[batch].to(device))
+            out.loss.backward()
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            total += float(out.loss.detach()) * len(batch)
+        log.info("bert epoch %d/%d: mean loss %.4f", epoch + 1, cfg.epochs, total / len(train_texts))
+    return _predict_bert(model, tokenize, test_texts, cfg.batch_size * 2)
+
+
+def _predict_bert(model: Any, tokenize: Any, texts: Sequence[str], batch_size: int) -> np.ndarray:
+    import torch
+
+    model.eval()
+    preds: list[np.ndarray] = []
+    with torch.no_grad():
+        for i in range(0, len(texts), batch_size):
+            logits = model(**tokenize(texts[i : i + batch_size])).logits
+            preds.append(logits.argmax(dim=-1).cpu().numpy())
+    return np.concatenate(preds).astype(np.int64)
+
+
+def _per_label_f1(
+    test_y: np.ndarray, pred: np.ndarray, label_names: Sequence[str]
+) -> dict[str, float | None]:
+    """F1 per label; None for a label that is neither in the test set nor ever predicted (undefined)."""
+    scores = f1_score(test_y, pred, labels=np.arange(len(label_names)), average=None, zero_division=0)
+    seen = set(np.unique(test_y)) | set(np.unique(pred))
+    return {name: (float(scores[i]) if i in seen else None) for i, name in enumerate(label_names)}
+
+
+def _predict(
+    model: str,
+    train_texts: Sequence[str],
+    train_y: np.ndarray,
+    test_texts: Sequence[str],
+    num_labels: int,
+    embedder: TextEncoder | None,
+    seed: int,
+    train_embeddings: np.ndarray | None,
+    test_embeddings: np.ndarray | None,
+    bert_path: str | os.PathLike[str] | None,
+    bert_settings: BertSettings | None,
+) -> np.ndarray:
+    if model == "bert":
+        return fit_predict_bert(train_texts, train_y, test_texts, num_labels, bert_path, seed, bert_settings)
+    if train_embeddings is None or test_embeddings is None:
+        if embedder is None:
+            raise EvaluationError("logreg needs an embedder or precomputed embeddings")
+        train_embeddings = _encode(embedder, train_texts) if train_embeddings is None else train_embeddings
+        test_embeddings = _encode(embedder, test_texts) if test_embeddings is None else test_embeddings
+    train_embeddings = np.asarray(train_embeddings, dtype=np.float32)
+    test_embeddings = np.asarray(test_embeddings, dtype=np.float32)
+    if train_embeddings.shape[0] != len(train_y) or test_embeddings.shape[0] != len(test_texts):
+        raise EvaluationError("precomputed embeddings do not match the number of texts")
+    if train_embeddings.shape[1] != test_embeddings.shape[1]:
+        raise EvaluationError(
+            f"train and test embeddings differ in dimension: {train_embeddings.shape[1]} vs "
+            f"{test_embeddings.shape[1]}"
+        )
+    return fit_predict_logreg(train_embeddings, train_y, test_embeddings, seed)
+
+
+def train_and_score(
+    train_texts: Sequence[str],
+    train_labels: np.ndarray | Sequence[int] | Sequence[str],
+    test_texts: Sequence[str],
+    test_labels: np.ndarray | Sequence[int] | Sequence[str],
+    label_names: Sequence[str],
+    model: str = "logreg",
+    embedder: TextEncoder | None = None,
+    seed: int = 0,
+    *,
+    bert_path: str | os.PathLike[str] | None = None,
+    bert_settings: BertSettings | None = None,
+    train_embeddings: np.ndarray | None = None,
+    test_embeddings: np.ndarray | None = None,
+) -> EvalReport:
+    """Train the task model on the training texts and score it on the test texts.
+
+    Labels are indices into ``label_names`` or the names themselves.  ``embedder`` (logreg
+    only) defaults to the ``auto`` sentence embedder; precomputed ``train_embeddings`` /
+    ``test_embeddings`` from the same embedder skip encoding (the pipeline stores them).
+    Raises ``EvaluationError`` for an empty set, mismatched lengths, unknown labels, an
+    unknown model, or (bert) no local encoder.
+    """
+    if model not in TASK_MODELS:
+        raise EvaluationError(f"unknown task model {model!r}; choose one of {', '.join(TASK_MODELS)}")
+    label_names = list(label_names)
+    train_y = to_label_indices(train_labels, label_names, what="train labels")
+    test_y = to_label_indices(test_labels, label_names, what="test labels")
+    _check_inputs(train_texts, train_y, "training")
+    _check_inputs(test_texts, test_y, "test")
+    train_counts = _counts(train_y, label_names)
+    missing = [name for name, c in train_counts.items() if c == 0]
+    notes: list[str] = []
+    if missing:
+        notes.append(f"labels absent from the training set (never predicted): {missing}")
+        log.warning("training set lacks %d of %d labels: %s", len(missing), len(label_names), missing)
+    present = np.unique(train_y)
+    degenerate = present.size == 1
+    if degenerate:
+        notes.append("single-class training set: scored as the constant predictor of that class")
+        log.warning(
+            "single-class training set (%s): reporting the constant predictor", label_names[present[0]]
+        )
+        pred = np.full(len(test_texts), present[0], dtype=np.int64)
+    else:
+        if model == "logreg" and embedder is None and (train_embeddings is None or test_embeddings is None):
+            from wasp_vllm.embed import Embedder
+
+            embedder = Embedder("auto")
+        pred = _predict(
+            model,
+            train_texts,
+            train_y,
+            test_texts,
+            len(label_names),
+            embedder,
+            seed,
+            train_embeddings,
+            test_embeddings,
+            bert_path,
+            bert_settings,
+        )
+    return EvalReport(
+        model=model,
+        accuracy=float(accuracy_score(test_y, pred)),
+        macro_f1=float(f1_score(test_y, pred, average="macro", zero_division=0)),
+        per_label_f1=_per_label_f1(test_y, pred, label_names),
+        train_label_counts=train_counts,
+        test_label_counts=_counts(test_y, label_names),
+        missing_train_labels=missing,
+        n_train=len(train_texts),
+        n_test=len(test_texts),
+        degenerate=bool(degenerate),
+        embedder=_embedder_name(model, embedder, train_embeddings is not None),
+        seed=seed,
+        notes=notes,
+    )
+
+
+def _embedder_name(model: str, embedder: TextEncoder | None, precomputed: bool) -> str | None:
+    if model != "logreg" or (embedder is None and not precomputed):
+        return None
+    if embedder is None:
+        return "precomputed"
+    return str(getattr(embedder, "name", type(embedder).__name__))

