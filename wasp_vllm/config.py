@@ -62,7 +62,7 @@ class RunConfig(BaseModel):
     batch_size: int = Field(32, ge=1)
     max_model_len: int = Field(2048, ge=128)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    cpu_kv_cache_gib: float = Field(1.0, gt=0)
+    cpu_kv_cache_gib: int = Field(1, ge=1)
     enforce_eager: bool | None = None
 
     @field_validator("plms")

@@ -111,11 +111,11 @@ class Slot:
     examples: tuple[str, ...] = ()
 
 
-def clean_sample(text: str, slot: Slot, seen: set[str]) -> str | None:
+def clean_sample(text: str, slot: Slot, *seen: set[str] | frozenset[str]) -> str | None:
     """The sample, or None if it is empty, echoes its prompt, or duplicates one already kept."""
     text = text.strip().strip('"').strip()
     key = normalize_text(text)
-    if len(key) < 3 or key in seen:
+    if len(key) < 3 or any(key in s for s in seen):
         return None
     if any(key == normalize_text(e) for e in slot.examples) or key in normalize_text(slot.prompt):
         return None
@@ -130,15 +130,35 @@ class Pools:
     bad: dict[str, list[str]] = field(default_factory=dict)
 
 
-def make_slots(
-    cfg: RunConfig, task: TaskSpec, pools: Pools, t: int, k: int, labels: Sequence[str], attempt: int
-) -> list[Slot]:
-    rng = np.random.default_rng([cfg.seed, t, k, attempt, 17])
+@dataclass(frozen=True)
+class RoundInputs:
+    """What every PLM of round ``t`` shares: settings, task, pools, texts already in D."""
+
+    cfg: RunConfig
+    task: TaskSpec
+    pools: Pools
+    t: int
+    seen: frozenset[str]
+    params: GenerationParams
+
+
+@dataclass(frozen=True)
+class Share:
+    """One PLM's part of a round; ``part`` > 0 marks a reassigned share of a failed PLM."""
+
+    k: int
+    quota: int
+    part: int = 0
+
+
+def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: int) -> list[Slot]:
+    cfg, task, pools = rin.cfg, rin.task, rin.pools
+    rng = np.random.default_rng([cfg.seed, rin.t, share.k, share.part, attempt, 17])
     slots = []
     for i, label in enumerate(labels):
         attribute = pick_attribute(task, label, rng)
         good_pool, bad_pool = pools.good.get(label, []), pools.bad.get(label, [])
-        if t == 0 or not good_pool or cfg.strategy == "fusegen":
+        if rin.t == 0 or not good_pool or cfg.strategy == "fusegen":
             kind, good, bad = "zero_shot", [], []
         elif cfg.contrastive and cfg.strategy == "wasp":
             kind = "contrastive"
@@ -157,48 +177,47 @@ def make_slots(
 
 @dataclass
 class PLMResult:
-    batch: pa.RecordBatch
+    rows: list[dict[str, Any]] = field(default_factory=list)
     tokens: int = 0
     seconds: float = 0.0
     shortfall: int = 0
     failures: int = 0
 
+    def merge(self, other: PLMResult) -> None:
+        self.rows += other.rows
+        self.tokens += other.tokens
+        self.seconds += other.seconds
+        self.shortfall += other.shortfall
+        self.failures += other.failures
+
 
 def generate_share(
-    engine: Engine,
-    cfg: RunConfig,
-    task: TaskSpec,
-    pools: Pools,
-    t: int,
-    k: int,
-    quota: int,
-    seen: set[str],
-    params: GenerationParams,
-    on_progress: Callable[[int], None] = lambda n: None,
+    engine: Engine, rin: RoundInputs, share: Share, on_progress: Callable[[int], None] = lambda n: None
 ) -> PLMResult:
-    """Generate ``quota`` clean samples for PLM ``k``; regenerate rejects, never copy."""
-    offset = (t + k) % len(task.labels)
-    counts = split_over_labels(quota, len(task.labels), offset=offset)
-    wanted = [task.labels[c] for c, n in enumerate(counts) for _ in range(int(n))]
-    kept: list[tuple[Slot, str]] = []
-    local_seen: set[str] = set()
-    result = PLMResult(batch=_empty_batch())
+    """Generate ``share.quota`` clean samples; rejects are regenerated, never copied."""
+    cfg, t = rin.cfg, rin.t
+    counts = split_over_labels(share.quota, len(rin.task.labels), offset=(t + share.k) % len(rin.task.labels))
+    wanted = [rin.task.labels[c] for c, n in enumerate(counts) for _ in range(int(n))]
+    result = PLMResult()
+    kept_keys: set[str] = set()
     start = time.perf_counter()
     for attempt in range(cfg.max_attempts):
         if not wanted:
             break
-        slots = make_slots(cfg, task, pools, t, k, wanted, attempt)
-        seeds = [request_seed(cfg.seed, t, k, s.index, attempt) for s in slots]
-        completions = _generate_with_retries(engine, [s.prompt for s in slots], seeds, params, cfg, result)
+        slots = make_slots(rin, share, wanted, attempt)
+        seeds = [request_seed(cfg.seed, t, share.k, share.part, s.index, attempt) for s in slots]
+        completions = _generate_with_retries(
+            engine, [s.prompt for s in slots], seeds, rin.params, cfg, result
+        )
         missing = []
         for slot, completion in zip(slots, completions, strict=True):
             result.tokens += completion.n_tokens
-            text = clean_sample(completion.text, slot, seen | local_seen)
+            text = clean_sample(completion.text, slot, rin.seen, kept_keys)
             if text is None:
                 missing.append(slot.label)
                 continue
-            local_seen.add(normalize_text(text))
-            kept.append((slot, text))
+            kept_keys.add(normalize_text(text))
+            result.rows.append(_row(text, slot, engine.name, t, share, attempt))
         on_progress(len(wanted) - len(missing))
         wanted = missing
     result.shortfall = len(wanted)
@@ -206,14 +225,21 @@ def generate_share(
     if result.shortfall:
         log.warning(
             "%s round %d: %d of %d samples still unusable after %d attempts; not padded",
-            engine.name,
-            t,
-            result.shortfall,
-            quota,
-            cfg.max_attempts,
-        )
-    result.batch = _to_batch(kept, engine.name, t, k)
+            engine.name, t, result.shortfall, share.quota, cfg.max_attempts,
+        )  # fmt: skip
     return result
+
+
+def _row(text: str, slot: Slot, plm: str, t: int, share: Share, attempt: int) -> dict[str, Any]:
+    return {
+        "id": f"r{t}-k{share.k}-p{share.part}-a{attempt}-{slot.index:06d}",
+        "text": text,
+        "label": slot.label,
+        "attribute": slot.attribute,
+        "plm": plm,
+        "round": t,
+        "prompt_kind": slot.kind,
+    }
 
 
 def _generate_with_retries(
@@ -248,26 +274,6 @@ class EngineFailed(RuntimeError):
     def __init__(self, plm: str, reason: str) -> None:
         super().__init__(f"PLM {plm} failed repeatedly ({reason})")
         self.plm = plm
-
-
-def _empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=sample_schema())
-
-
-def _to_batch(kept: list[tuple[Slot, str]], plm: str, t: int, k: int) -> pa.RecordBatch:
-    rows = [
-        {
-            "id": f"r{t}-k{k}-{i:06d}",
-            "text": text,
-            "label": slot.label,
-            "attribute": slot.attribute,
-            "plm": plm,
-            "round": t,
-            "prompt_kind": slot.kind,
-        }
-        for i, (slot, text) in enumerate(kept)
-    ]
-    return pa.RecordBatch.from_pylist(rows, schema=sample_schema())
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -313,18 +319,6 @@ def prepare(cfg: RunConfig) -> RunContext:
 
 def per_round_totals(n: int, rounds: int) -> np.ndarray:
     return allocate_quotas(n, np.full(rounds, 1.0 / rounds))
-
-
-@dataclass
-class RoundRecord:
-    round: int
-    quotas: list[int]
-    weights_before: list[float]
-    weights_after: list[float]
-    kept: dict[str, int]
-    shortfall: dict[str, int]
-    tokens: dict[str, int]
-    seconds: dict[str, float]
 
 
 class Run:
@@ -390,7 +384,7 @@ class Run:
                 tables.append(self._round(t, int(totals[t]), state, tables, private_emb, embedder))
         finally:
             self.close()
-        return self._finish(state, tables)
+        return self._finish(state)
 
     def _round(
         self,
@@ -403,37 +397,29 @@ class Run:
     ) -> pa.Table:
         cfg = self.cfg
         weights = np.asarray(state["weights"], dtype=float)
-        active = [i for i, p in enumerate(cfg.plms) if p in state["active"]]
-        quotas = np.zeros(len(cfg.plms), dtype=np.int64)
-        quotas[active] = allocate_quotas(total, weights[active] / weights[active].sum(), cfg.min_plm_share)
-        seen = {normalize_text(s) for tbl in tables for s in tbl.column("text").to_pylist()}
-        pools = Pools(**state["pools"])
-        results = self._generate_round(t, quotas, active, pools, seen, state)
-        batches = [r.batch for r in results.values() if r.batch.num_rows]
-        new = (
-            pa.Table.from_batches(batches, schema=sample_schema())
-            if batches
-            else sample_schema().empty_table()
-        )
+        quotas = self._quotas(total, weights, state["active"])
+        seen = frozenset(normalize_text(s) for tbl in tables for s in tbl.column("text").to_pylist())
+        rin = RoundInputs(cfg, self.ctx.task, Pools(**state["pools"]), t, seen, self._params())
+        results = self._generate_round(rin, quotas, state)
+        new = pa.Table.from_pylist([r for res in results.values() for r in res.rows], schema=sample_schema())
         emb = self._timed("embedding", embedder.encode, new.column("text").to_pylist())
         new = new.append_column("embedding", pa.FixedSizeListArray.from_arrays(emb.reshape(-1), emb.shape[1]))
-        weights_before = weights.tolist()
         if t < cfg.rounds - 1 and uses_private_data(cfg):
-            votes = self._vote(t, tables + [new], private_emb, state)
-            self._select(votes, tables + [new], state)
+            votes = self._vote(t, [*tables, new], private_emb, state)
+            self._select(votes, [*tables, new], state)
         digest = self._timed("io", write_parquet, self.store.round_path(t), new)
         state["round_sha256"][self.store.round_path(t).name] = digest
         state["rounds"].append(
-            RoundRecord(
-                round=t,
-                quotas=quotas.tolist(),
-                weights_before=weights_before,
-                weights_after=state["weights"],
-                kept={p: r.batch.num_rows for p, r in results.items()},
-                shortfall={p: r.shortfall for p, r in results.items()},
-                tokens={p: r.tokens for p, r in results.items()},
-                seconds={p: round(r.seconds, 3) for p, r in results.items()},
-            ).__dict__
+            {
+                "round": t,
+                "quotas": dict(zip(cfg.plms, quotas.tolist(), strict=True)),
+                "weights_before": weights.tolist(),
+                "weights_after": state["weights"],
+                "kept": {p: len(r.rows) for p, r in results.items()},
+                "shortfall": {p: r.shortfall for p, r in results.items()},
+                "tokens": {p: r.tokens for p, r in results.items()},
+                "seconds": {p: round(r.seconds, 3) for p, r in results.items()},
+            }
         )
         state["completed_rounds"] = t + 1
         state["timings"] = dict(self.timings)
@@ -441,65 +427,78 @@ class Run:
         log.info("round %d: %d samples, weights %s", t, new.num_rows, np.round(state["weights"], 3).tolist())
         return new
 
-    def _generate_round(
-        self,
-        t: int,
-        quotas: np.ndarray,
-        active: list[int],
-        pools: Pools,
-        seen: set[str],
-        state: dict[str, Any],
-    ) -> dict[str, PLMResult]:
-        cfg = self.cfg
-        params = GenerationParams(
-            max_new_tokens=cfg.max_new_tokens or self.ctx.task.max_new_tokens,
+    def _quotas(self, total: int, weights: np.ndarray, active_names: list[str]) -> np.ndarray:
+        active = [i for i, p in enumerate(self.cfg.plms) if p in active_names]
+        quotas = np.zeros(len(self.cfg.plms), dtype=np.int64)
+        share = weights[active]
+        share = share / share.sum() if share.sum() > 0 else np.full(len(active), 1.0 / len(active))
+        quotas[active] = allocate_quotas(total, share, self.cfg.min_plm_share)
+        return quotas
+
+    def _params(self) -> GenerationParams:
+        cfg, task = self.cfg, self.ctx.task
+        return GenerationParams(
+            max_new_tokens=cfg.max_new_tokens or task.max_new_tokens,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
-            stop=tuple(self.ctx.task.stop),
+            stop=tuple(task.stop),
         )
 
-        def work(k: int) -> tuple[str, PLMResult | None]:
-            name = cfg.plms[k]
-            bar = self._bar(f"round {t} · {name}", int(quotas[k]))
-            try:
-                res = generate_share(
-                    self.engines[name],
-                    cfg,
-                    self.ctx.task,
-                    pools,
-                    t,
-                    k,
-                    int(quotas[k]),
-                    seen,
-                    params,
-                    on_progress=lambda n: self._advance(bar, n),
-                )
-            except EngineFailed as exc:
-                return name, self._drop(exc, state)
-            self.timings[f"generation:{name}"] += res.seconds
-            return name, res
-
-        concurrent = cfg.concurrent if cfg.concurrent is not None else _gpu_present()
-        if concurrent and len(active) > 1:
-            with ThreadPoolExecutor(max_workers=len(active)) as pool:
-                done = list(pool.map(work, active))
-        else:
-            done = [work(k) for k in active]
-        results = {name: res for name, res in done if res is not None}
-        if not results:
-            raise PipelineError("every PLM failed; see the log for the engine errors")
+    def _generate_round(
+        self, rin: RoundInputs, quotas: np.ndarray, state: dict[str, Any]
+    ) -> dict[str, PLMResult]:
+        """Every active PLM writes its quota; a PLM that fails for good hands its share to the rest."""
+        results: dict[str, PLMResult] = {}
+        shares = [Share(k, int(quotas[k])) for k, p in enumerate(self.cfg.plms) if p in state["active"]]
+        for part in range(len(self.cfg.plms)):
+            lost = 0
+            for share, res in self._run_shares(rin, shares):
+                name = self.cfg.plms[share.k]
+                if res is None:
+                    self._drop(name, state)
+                    lost += share.quota
+                else:
+                    results.setdefault(name, PLMResult()).merge(res)
+            if not lost:
+                break
+            if not state["active"]:
+                raise PipelineError("every PLM failed; see the log for the engine errors")
+            extra = self._quotas(lost, np.asarray(state["weights"]), state["active"])
+            shares = [Share(k, int(q), part + 1) for k, q in enumerate(extra) if q > 0]
         return results
 
-    def _drop(self, exc: EngineFailed, state: dict[str, Any]) -> None:
+    def _run_shares(self, rin: RoundInputs, shares: list[Share]) -> list[tuple[Share, PLMResult | None]]:
+        def work(share: Share) -> tuple[Share, PLMResult | None]:
+            name = self.cfg.plms[share.k]
+            bar = self._bar(f"round {rin.t} · {name}", share.quota)
+            try:
+                res = generate_share(self.engines[name], rin, share, lambda n: self._advance(bar, n))
+            except EngineFailed as exc:
+                log.error("%s; continuing without it", exc)
+                return share, None
+            self.timings[f"generation:{name}"] += res.seconds
+            return share, res
+
+        concurrent = self.cfg.concurrent if self.cfg.concurrent is not None else _gpu_present()
+        if concurrent and len(shares) > 1:
+            with ThreadPoolExecutor(max_workers=len(shares)) as pool:
+                return list(pool.map(work, shares))
+        return [work(share) for share in shares]
+
+    def _drop(self, name: str, state: dict[str, Any]) -> None:
         """Go on without a PLM that keeps failing; its weight is shared by the others."""
-        log.error("%s; continuing without it", exc)
-        state["active"] = [p for p in state["active"] if p != exc.plm]
-        state["dropped"][exc.plm] = str(exc)
+        state["active"] = [p for p in state["active"] if p != name]
+        state["dropped"][name] = "failed repeatedly; see the log"
         weights = np.asarray(state["weights"], dtype=float)
-        weights[self.cfg.plms.index(exc.plm)] = 0.0
+        weights[self.cfg.plms.index(name)] = 0.0
         if weights.sum() > 0:
             state["weights"] = (weights / weights.sum()).tolist()
-        return None
+        else:  # survivors had zero weight: share equally among them
+            state["weights"] = (
+                [1.0 / len(state["active"]) if p in state["active"] else 0.0 for p in self.cfg.plms]
+                if state["active"]
+                else state["weights"]
+            )
 
     def _vote(
         self, t: int, tables: list[pa.Table], private_emb: np.ndarray, state: dict[str, Any]
@@ -593,8 +592,9 @@ class Run:
         self.engines.clear()
 
     # -- final output
-    def _finish(self, state: dict[str, Any], tables: list[pa.Table]) -> dict[str, Any]:
-        final = pa.concat_tables(tables) if tables else sample_schema().empty_table()
+    def _finish(self, state: dict[str, Any]) -> dict[str, Any]:
+        # Built from the checkpointed round files, so a resumed run writes the same bytes.
+        final = pa.concat_tables([self.store.read_round(t) for t in range(self.cfg.rounds)]).combine_chunks()
         out = self.store.out / "synthetic.parquet"
         self._timed("io", write_parquet, out, final)
         manifest = build_manifest(self.ctx, state, dict(self.timings), final, sha256_file(out))

@@ -12,6 +12,9 @@ class GenerationParams:
     """Sampling settings shared by all engines."""
 
     max_new_tokens: int = 64
+    # Base models often open with a blank line or a closing quote; a few forced tokens
+    # keep a stop string from ending the sample before it starts.
+    min_new_tokens: int = 4
     temperature: float = 1.0
     top_p: float = 0.95
     stop: tuple[str, ...] = field(default_factory=tuple)

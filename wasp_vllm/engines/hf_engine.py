@@ -71,6 +71,7 @@ class HFEngine:
                 temperature=params.temperature,
                 top_p=params.top_p,
                 max_new_tokens=params.max_new_tokens,
+                min_new_tokens=params.min_new_tokens,
                 stop_strings=list(params.stop) or None,
                 tokenizer=self._tokenizer,
                 pad_token_id=self._tokenizer.pad_token_id,

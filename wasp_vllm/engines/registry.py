@@ -194,29 +194,40 @@ def packaged_model_dir(key: str) -> Path:
     Several processes (tests, the CLI, a benchmark) may ask at once, so the copy is
     made under a file lock, in a temporary folder renamed into place when complete.
     """
-    target = cache_dir() / "models" / key
+    target = cache_dir() / "models" / f"{key}-v{_DEQUANT_VERSION}"
     if (target / "config.json").exists():
         return target
     with _file_lock(cache_dir() / f".{key}.lock"):
         if (target / "config.json").exists():
             return target
         gguf = packaged_gguf(key)
-        log.info("dequantizing packaged model %s from %s (once)", key, gguf.name)
+        log.info("dequantizing packaged model %s from %s (once, about a minute)", key, gguf.name)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
         try:
-            _dequantize(gguf, tmp)
+            _dequantize(gguf, tmp, add_bos=key in _NEEDS_BOS)
             os.replace(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
-def _dequantize(gguf: Path, out: Path) -> None:
+# Bump when the dequantized copy changes, so stale caches are rebuilt rather than reused.
+_DEQUANT_VERSION = 2
+# Gemma is trained with <bos> first; the GGUF tokenizer loses that flag and without it
+# the model degenerates (a stream of quotes). Its saved tokenizer adds BOS again.
+_NEEDS_BOS = {"gemma3"}
+
+
+def _dequantize(gguf: Path, out: Path, add_bos: bool) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if add_bos:
+        tokenizer.add_bos_token = True
+        if hasattr(tokenizer, "update_post_processor"):
+            tokenizer.update_post_processor()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
     # The loaded weights are already dense; drop the GGUF quantization markers so
     # save_pretrained writes a plain checkpoint that vLLM loads as bf16.
@@ -225,3 +236,4 @@ def _dequantize(gguf: Path, out: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    os.chmod(out, 0o755)

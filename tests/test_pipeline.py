@@ -1,0 +1,207 @@
+"""The round loop's logic: quotas, cleaning, checkpoints, resume, failing engines, privacy boundary.
+
+The subject here is the pipeline, not an LLM, so generation comes from
+``FakeEngineForUnitTests`` (named as such); the embedder, FAISS search, voting and
+Parquet I/O are the real ones. Real engines run in ``test_engines_real.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from wasp_vllm.config import ConfigError, RunConfig
+from wasp_vllm.embed import Embedder
+from wasp_vllm.engines.base import Completion, GenerationParams
+from wasp_vllm.pipeline import PipelineError, Run, prepare
+from wasp_vllm.store import CheckpointError
+
+CANARY = "CANARY-7f3a9e-private"
+WORDS = "great awful fine relief nausea sleep pain better worse doctor dose week side effect works".split()
+
+
+class FakeEngineForUnitTests:
+    """Deterministic pseudo-text per (prompt, seed); modes simulate misbehaving engines."""
+
+    def __init__(self, name: str, mode: str = "ok", fail_after: int | None = None) -> None:
+        self.name = name
+        self.mode = mode
+        self.fail_after = fail_after
+        self.calls = 0
+        self.prompts: list[str] = []
+
+    def generate(self, prompts, seeds, params: GenerationParams) -> list[Completion]:
+        self.calls += 1
+        self.prompts.extend(prompts)
+        if self.mode == "raise" or (self.fail_after is not None and self.calls > self.fail_after):
+            raise MemoryError("simulated out of memory")
+        out = []
+        for prompt, seed in zip(prompts, seeds, strict=True):
+            if self.mode == "empty":
+                out.append(Completion("   ", 1))
+            elif self.mode == "echo":
+                out.append(Completion(prompt[-60:], 10))
+            else:
+                rng = np.random.default_rng(int(hashlib.sha256(f"{prompt}|{seed}".encode()).hexdigest()[:12], 16))
+                out.append(Completion(" ".join(rng.choice(WORDS, size=12)) + '" and more', 12))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return Embedder("auto", device="cpu")
+
+
+@pytest.fixture()
+def private_csv(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    rows = ["text,label"]
+    for i in range(30):
+        label = ["positive", "neutral", "negative"][i % 3]
+        words = " ".join(rng.choice(WORDS, size=10))
+        rows.append(f"{CANARY} record {i} {words},{label}")
+    path = tmp_path / "private.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def make_cfg(private_csv: Path, **kw) -> RunConfig:
+    base = dict(plms=["a", "b"], task="drugs", private=str(private_csv), private_limit=None, n=36, rounds=3,
+                q=2, s=2, noise_seed=123, epsilon=4.0, delta=1e-5)
+    return RunConfig(**(base | kw))
+
+
+def run(cfg, out, embedder, engines=None, **kw):
+    engines = engines if engines is not None else {}
+
+    def factory(name: str, _cfg: RunConfig):
+        return engines.setdefault(name, FakeEngineForUnitTests(name))
+
+    return Run(prepare(cfg), out, engine_factory=factory, embedder=embedder).execute(**kw)
+
+
+def test_run_writes_parquet_and_manifest(tmp_path, private_csv, embedder):
+    manifest = run(make_cfg(private_csv), tmp_path / "out", embedder)
+    table = pq.read_table(tmp_path / "out" / "synthetic.parquet")
+    assert table.num_rows == 36
+    assert set(table.column("label").to_pylist()) == {"positive", "neutral", "negative"}
+    assert len(set(table.column("text").to_pylist())) == 36  # no copies
+    kinds = dict(zip(table.column("round").to_pylist(), table.column("prompt_kind").to_pylist(), strict=True))
+    assert kinds[0] == "zero_shot" and kinds[2] == "contrastive"
+    privacy = manifest["privacy"]
+    assert privacy["plan"]["sigma"] > 0 and privacy["plan"]["sensitivity"] > 0
+    assert privacy["ledger"]["epsilon_spent_exact"] <= 4.0 + 1e-9
+    assert privacy["ledger"]["compositions"] == 2
+    assert {r["round"] for r in manifest["rounds"]} == {0, 1, 2}
+    assert all(sum(r["quotas"].values()) == 12 for r in manifest["rounds"])
+    assert abs(sum(manifest["plms"]["final_weights"]) - 1) < 1e-9
+    assert manifest["private_data"]["records"] == 30
+    assert len(manifest["private_data"]["fingerprint_sha256"]) == 64
+
+
+def test_resume_continues_killed_run(tmp_path, private_csv, embedder):
+    cfg = make_cfg(private_csv)
+    full = run(cfg, tmp_path / "full", embedder)
+
+    class Killed(BaseException):
+        """Stands for SIGKILL: nothing in the pipeline may catch it."""
+
+    class DiesInRound2(FakeEngineForUnitTests):
+        def generate(self, prompts, seeds, params):
+            if any("good" in p.lower() for p in prompts) and self.calls >= 1:
+                raise Killed
+            return super().generate(prompts, seeds, params)
+
+    engines = {"a": DiesInRound2("a"), "b": FakeEngineForUnitTests("b")}
+    with pytest.raises(Killed):
+        run(cfg, tmp_path / "killed", embedder, engines=engines)
+    assert not (tmp_path / "killed" / "manifest.json").exists()
+    resumed = run(cfg, tmp_path / "killed", embedder, resume=True)
+    a = pq.read_table(tmp_path / "full" / "synthetic.parquet")
+    b = pq.read_table(tmp_path / "killed" / "synthetic.parquet")
+    assert a.equals(b)
+    assert resumed["output"]["sha256"] == full["output"]["sha256"]  # byte-identical Parquet
+
+
+def test_refuses_existing_run_and_detects_corruption(tmp_path, private_csv, embedder):
+    cfg = make_cfg(private_csv)
+    out = tmp_path / "out"
+    run(cfg, out, embedder)
+    with pytest.raises(CheckpointError, match="already holds a run"):
+        run(cfg, out, embedder)
+    round_file = out / "rounds" / "round-000.parquet"
+    round_file.write_bytes(round_file.read_bytes()[:-10] + b"corrupted!")
+    with pytest.raises(CheckpointError, match="corrupted"):
+        run(cfg, out, embedder, resume=True)
+    run(cfg, out, embedder, overwrite=True)
+    assert pq.read_table(out / "synthetic.parquet").num_rows == 36
+
+
+def test_resume_refuses_other_settings(tmp_path, private_csv, embedder):
+    out = tmp_path / "out"
+    run(make_cfg(private_csv), out, embedder)
+    with pytest.raises(ConfigError, match="different settings"):
+        run(make_cfg(private_csv, epsilon=2.0), out, embedder, resume=True)
+
+
+def test_failing_engine_is_dropped_and_recorded(tmp_path, private_csv, embedder):
+    engines = {"a": FakeEngineForUnitTests("a"), "b": FakeEngineForUnitTests("b", mode="raise")}
+    manifest = run(make_cfg(private_csv, engine_retries=1), tmp_path / "out", embedder, engines=engines)
+    assert manifest["plms"]["active"] == ["a"]
+    assert "b" in manifest["plms"]["dropped"]
+    assert engines["b"].calls == 2  # one try plus one retry, then dropped
+    assert manifest["plms"]["final_weights"][1] == 0.0
+    table = pq.read_table(tmp_path / "out" / "synthetic.parquet")
+    assert set(table.column("plm").to_pylist()) == {"a"}
+    assert table.num_rows == 36  # "a" takes over "b"'s share, in the round of the failure too
+
+
+def test_all_engines_failing_stops_with_clear_error(tmp_path, private_csv, embedder):
+    engines = {n: FakeEngineForUnitTests(n, mode="raise") for n in ("a", "b")}
+    with pytest.raises(PipelineError, match="every PLM failed"):
+        run(make_cfg(private_csv, engine_retries=0), tmp_path / "out", embedder, engines=engines)
+
+
+@pytest.mark.parametrize("mode", ["empty", "echo"])
+def test_bad_outputs_are_regenerated_never_padded(tmp_path, private_csv, embedder, mode):
+    engines = {"a": FakeEngineForUnitTests("a"), "b": FakeEngineForUnitTests("b", mode=mode)}
+    manifest = run(make_cfg(private_csv, max_attempts=2), tmp_path / "out", embedder, engines=engines)
+    table = pq.read_table(tmp_path / "out" / "synthetic.parquet")
+    texts = table.column("text").to_pylist()
+    assert len(texts) == len(set(texts))
+    assert set(table.column("plm").to_pylist()) == {"a"}
+    first = manifest["rounds"][0]
+    assert engines["b"].calls == 2  # round 0: the first try and one regeneration ...
+    assert first["shortfall"]["b"] == first["quotas"]["b"] == 6
+    assert manifest["rounds"][-1]["quotas"]["b"] == 0  # ... then its samples got no votes: weight 0
+
+
+def test_private_text_never_leaves(tmp_path, private_csv, embedder, caplog):
+    caplog.set_level(logging.DEBUG)
+    engines: dict = {}
+    out = tmp_path / "out"
+    run(make_cfg(private_csv), out, embedder, engines=engines)
+    prompts = [p for e in engines.values() for p in e.prompts]
+    assert prompts and not any(CANARY in p for p in prompts)
+    assert CANARY not in caplog.text
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
+
+
+def test_settings_that_cannot_work_are_refused(private_csv):
+    with pytest.raises(ConfigError, match="too small"):
+        prepare(make_cfg(private_csv, n=5))
+    with pytest.raises(ConfigError, match="fewer than q"):
+        prepare(make_cfg(private_csv, q=31, n=300))
+    with pytest.raises(ConfigError, match="s=50"):
+        prepare(make_cfg(private_csv, s=50))
