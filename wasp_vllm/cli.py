@@ -269,6 +269,123 @@ def _print_summary(manifest: dict[str, Any], out: Path) -> None:
 
 
 @app.command()
+def evaluate(
+    synthetic: Annotated[Path, typer.Option(help="synthetic.parquet written by `generate`.")],
+    test: Annotated[
+        str, typer.Option(help="Real labelled test set: a file, or 'drugs' (built-in test split).")
+    ],
+    task: Annotated[str, typer.Option(help="Task name or task file (gives the label set).")] = "drugs",
+    private: Annotated[
+        str | None,
+        typer.Option(help="Private set for FID (synthetic vs private embeddings); omit to skip FID."),
+    ] = None,
+    private_limit: Annotated[
+        int | None, typer.Option("--m", help="Same M as the generation run (for FID).")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the task model, and of the private sample (as in generate).")
+    ] = 0,
+    model: Annotated[
+        str, typer.Option(help="Task model: 'logreg' (CPU, on embeddings) or 'bert' (fine-tune).")
+    ] = "logreg",
+    bert_path: Annotated[
+        str | None, typer.Option(help="Local BERT-like model directory for --model bert.")
+    ] = None,
+    embedder: Annotated[str, typer.Option(help="Sentence embedder for logreg and FID.")] = "auto",
+    text_col: Annotated[str, typer.Option(help="Text column of the test file.")] = "text",
+    label_col: Annotated[str, typer.Option(help="Label column of the test file.")] = "label",
+    out: Annotated[Path | None, typer.Option(help="Also write the report as JSON here.")] = None,
+) -> None:
+    """Train a task model on the synthetic set and score it on real test data (accuracy, macro-F1, FID)."""
+    _setup_logging(False)
+    with _friendly_errors():
+        from wasp_vllm.evaluate import EvaluationError, evaluate_synthetic
+
+        try:
+            report = evaluate_synthetic(
+                str(synthetic),
+                test,
+                task,
+                private_source=private,
+                model=model,
+                embedder_spec=embedder,
+                seed=seed,
+                text_col=text_col,
+                label_col=label_col,
+                private_limit=private_limit,
+                private_seed=seed,
+                bert_path=bert_path,
+            )
+        except EvaluationError as exc:
+            raise ValueError(str(exc)) from None
+        text = json.dumps(report, indent=2, default=str)
+        if out is not None:
+            out.write_text(text + "\n")
+        typer.echo(text)
+
+
+@app.command()
+def hotpate(
+    private: Annotated[str, typer.Option(help="Private data: a file, or 'drugs'.")] = "drugs",
+    task: Annotated[str, typer.Option(help="Task name or task file.")] = "drugs",
+    text_col: Annotated[str, typer.Option(help="Text column of the private file.")] = "text",
+    label_col: Annotated[str, typer.Option(help="Label column of the private file.")] = "label",
+    private_limit: Annotated[int | None, typer.Option("--m", help="Use M private records.")] = None,
+    teachers: Annotated[
+        int, typer.Option(help="Number of teachers (disjoint parts of the private data).")
+    ] = 64,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per synthetic record.")] = 48,
+    n: Annotated[int, typer.Option("--n", help="Synthetic records to write.")] = 10,
+    model: Annotated[str, typer.Option(help="PLM preset or model directory (hf engine).")] = "smollm2",
+    epsilon: Annotated[float, typer.Option(help="Privacy budget for all generated tokens.")] = 4.0,
+    delta: Annotated[float, typer.Option(help="Privacy parameter delta.")] = 1e-5,
+    ensemble: Annotated[
+        str, typer.Option(help="'coordinated' (Hot PATE) or 'independent' (cold PATE).")
+    ] = "coordinated",
+    seed: Annotated[int, typer.Option(help="Seed of the shared randomness and prompts.")] = 0,
+    out: Annotated[Path, typer.Option(help="Output directory (synthetic.parquet, manifest.json).")] = Path(
+        "runs/hotpate"
+    ),
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run already in --out.")] = False,
+) -> None:
+    """Hot PATE: synthetic records from DP aggregation of many teachers' next-token distributions."""
+    _setup_logging(False)
+    with _friendly_errors():
+        from wasp_vllm.data import load_private
+        from wasp_vllm.hotpate.generate import run_hotpate
+        from wasp_vllm.store import RunStore, write_json, write_parquet
+        from wasp_vllm.tasks import get_task
+
+        spec = get_task(task)
+        data = load_private(private, spec, text_col, label_col, limit=private_limit, seed=seed)
+        store = RunStore(out)
+        store.prepare(resume=False, overwrite=overwrite)
+        table, report = run_hotpate(
+            data.texts,
+            [spec.labels[i] for i in data.labels],
+            spec.labels,
+            model=model,
+            teachers=teachers,
+            max_tokens=max_tokens,
+            n_samples=n,
+            epsilon=epsilon,
+            delta=delta,
+            seed=seed,
+            ensemble=ensemble,  # type: ignore[arg-type]
+        )
+        write_parquet(out / "synthetic.parquet", table)
+        write_json(
+            out / "manifest.json",
+            {
+                "method": "hotpate",
+                "privacy": report,
+                "private_data": {"fingerprint_sha256": data.fingerprint(), "records": len(data)},
+            },
+        )
+        console.print(f"wrote {table.num_rows} records to {out}")
+
+
+@app.command()
 def privacy(
     epsilon: Annotated[float, typer.Option(help="Target epsilon.")] = 4.0,
     delta: Annotated[float, typer.Option(help="Target delta.")] = 1e-5,

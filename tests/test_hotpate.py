@@ -1,0 +1,350 @@
+"""Hot PATE: coordinated ensembles, private aggregation, the privacy ledger and KV-cache reuse."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare, norm
+
+from wasp_vllm.hotpate import (
+    HeterogeneousAggregator,
+    HomogeneousAggregator,
+    PrivateTokenSelector,
+    VoteHistogram,
+    build_teacher_prompts,
+    coordinated_votes,
+    independent_votes,
+    noise_margin,
+    run_hotpate,
+    vote_histogram,
+)
+
+CANARY = "zq-CANARY-7f3e9-secret"
+
+
+# --------------------------------------------------------------------------------------------
+# a stub model: each row's distribution is a fixed function of its prompt
+# --------------------------------------------------------------------------------------------
+
+
+class StubSource:
+    """A tiny "LM" over ``vocab`` tokens; token 0 is end-of-sequence.
+
+    Rows whose prompts differ get different (but overlapping) distributions, so the ensemble
+    is realistic enough to exercise aggregation; the end token becomes likely after a few
+    steps so records finish.
+    """
+
+    def __init__(self, prompts: Sequence[str], vocab: int = 16) -> None:
+        self.n_rows = len(prompts)
+        self.vocab_size = vocab
+        self.stop_token_ids = frozenset({0})
+        base = np.ones(vocab)
+        base[1:4] = 30.0  # three popular tokens every row likes
+        rows = []
+        for p in prompts:
+            seed = int.from_bytes(hashlib.sha256(p.encode()).digest()[:4], "big")
+            rows.append(base + np.random.default_rng(seed).uniform(0, 5, vocab))
+        self._base = np.array(rows)
+        self.generated: list[int] = []
+
+    def next_distributions(self) -> np.ndarray:
+        w = self._base.copy()
+        w[:, 0] = 0.5 * 4.0 ** len(self.generated)  # end-of-sequence grows with length
+        return w / w.sum(axis=1, keepdims=True)
+
+    def append(self, token_id: int) -> None:
+        self.generated.append(int(token_id))
+
+    def reset(self) -> None:
+        self.generated = []
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return " ".join(f"w{t}" for t in token_ids)
+
+    def encode(self, text: str) -> list[int]:
+        return [5] if text else []  # any public prefix is one token
+
+
+def _private_set(n_per_label: int = 40) -> tuple[list[str], list[str]]:
+    texts, labels = [], []
+    for lab in ("good", "bad"):
+        for i in range(n_per_label):
+            texts.append(f"{lab} review number {i}: {CANARY} patient id {1000 + i}")
+            labels.append(lab)
+    return texts, labels
+
+
+# --------------------------------------------------------------------------------------------
+# ensembles
+# --------------------------------------------------------------------------------------------
+
+
+def test_coordinated_sampling_is_marginally_each_teachers_distribution():
+    rng = np.random.default_rng(0)
+    probs = np.array(
+        [
+            [0.5, 0.2, 0.15, 0.1, 0.05, 0.0],
+            [0.05, 0.05, 0.1, 0.2, 0.3, 0.3],
+            [1 / 6] * 6,
+        ]
+    )
+    draws = 6000
+    votes = np.stack([coordinated_votes(probs, rng) for _ in range(draws)])  # [draws, teachers]
+    for i, p in enumerate(probs):
+        counts = np.bincount(votes[:, i], minlength=p.size)
+        support = p > 0
+        assert counts[~support].sum() == 0, "a teacher voted for a token it gives probability 0"
+        assert chisquare(counts[support], draws * p[support]).pvalue > 1e-3
+
+
+def test_coordinated_votes_coincide_for_identical_teachers_independent_spread():
+    rng = np.random.default_rng(1)
+    probs = np.tile(np.full(5, 0.2), (40, 1))
+    coordinated = [np.unique(coordinated_votes(probs, rng)).size for _ in range(50)]
+    independent = [np.unique(independent_votes(probs, rng)).size for _ in range(50)]
+    assert set(coordinated) == {1}  # every draw: all 40 teachers agree ...
+    tops = {int(coordinated_votes(probs, rng)[0]) for _ in range(200)}
+    assert tops == set(range(5))  # ... on a token that changes with the shared randomness
+    assert min(independent) >= 3  # independent samples spread over the 5 tokens
+
+
+def test_independent_votes_are_marginally_right_and_skip_zero_probability():
+    rng = np.random.default_rng(2)
+    p = np.array([0.0, 0.3, 0.0, 0.7])
+    votes = np.concatenate([independent_votes(np.tile(p, (50, 1)), rng) for _ in range(100)])
+    counts = np.bincount(votes, minlength=4)
+    assert counts[0] == counts[2] == 0
+    assert chisquare(counts[[1, 3]], votes.size * p[[1, 3]]).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["coordinated", "independent"])
+def test_one_teacher_moves_at_most_one_vote(kind):
+    """Sensitivity: changing one teacher's distribution moves one vote between two bins."""
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        probs = rng.dirichlet(np.full(30, 0.3), size=25)
+        changed = probs.copy()
+        changed[trial % 25] = rng.dirichlet(np.full(30, 0.3))
+        a = vote_histogram(probs, kind, np.random.default_rng(trial)).dense()
+        b = vote_histogram(changed, kind, np.random.default_rng(trial)).dense()
+        diff = a - b
+        assert np.abs(diff).sum() <= 2 and np.abs(diff).max() <= 1
+        assert np.linalg.norm(diff) <= math.sqrt(2) + 1e-12
+
+
+def test_vote_histogram_is_sparse_and_complete():
+    hist = VoteHistogram.from_votes(np.array([7, 3, 7, 7, 1]), vocab_size=10)
+    assert hist.tokens.tolist() == [1, 3, 7] and hist.counts.tolist() == [1, 1, 3]
+    assert hist.n_teachers == 5 and hist.dense().sum() == 5
+    assert hist.count(7) == 3 and hist.count(4) == 0
+    with pytest.raises(ValueError):
+        VoteHistogram.from_votes(np.array([10]), vocab_size=10)
+
+
+# --------------------------------------------------------------------------------------------
+# aggregators
+# --------------------------------------------------------------------------------------------
+
+
+def test_noise_margin_is_the_union_bound_quantile():
+    assert noise_margin(2.0, 1000, 1e-3) == pytest.approx(2.0 * norm.isf(1e-6))
+    assert noise_margin(0.0, 1000) == 0.0
+
+
+def test_homogeneous_thresholds_without_noise():
+    hist = VoteHistogram.from_votes(np.array([4] * 6 + [2] * 4), vocab_size=8)  # n = 10
+    rng = np.random.default_rng(0)
+    agg = HomogeneousAggregator(sigma=0.0)  # default threshold n/2 + L = 5
+    assert agg(hist, rng).token == 4
+    assert HomogeneousAggregator(0.0, threshold=6).resolve_threshold(10, 8) == 6
+    assert HomogeneousAggregator(0.0, threshold=6)(hist, rng).token == 4
+    assert HomogeneousAggregator(0.0, threshold=6.5)(hist, rng).token is None
+    split = VoteHistogram.from_votes(np.array([4] * 5 + [2] * 5), vocab_size=8)
+    assert HomogeneousAggregator(0.0, threshold=5.5)(split, rng).token is None
+
+
+def test_homogeneous_default_threshold_includes_the_noise_margin():
+    agg = HomogeneousAggregator(sigma=3.0, beta=1e-3)
+    assert agg.resolve_threshold(64, 49152) == pytest.approx(32 + 3.0 * norm.isf(1e-3 / 49152))
+
+
+def test_heterogeneous_weighted_sampling_and_abstention():
+    votes = np.array([1] * 6 + [2] * 3 + [3] * 1)  # n = 10
+    hist = VoteHistogram.from_votes(votes, vocab_size=5)
+    rng = np.random.default_rng(4)
+    agg = HeterogeneousAggregator(sigma=0.0, threshold=2.5)  # token 3 (one vote) never qualifies
+    out = [agg(hist, rng).token for _ in range(4000)]
+    share = {t: out.count(t) / len(out) for t in (1, 2, 3, None)}
+    assert share[3] == 0
+    assert share[1] == pytest.approx(0.6, abs=0.03) and share[2] == pytest.approx(0.3, abs=0.03)
+    assert share[None] == pytest.approx(0.1, abs=0.02)  # the mass below the threshold abstains
+    renorm = HeterogeneousAggregator(sigma=0.0, threshold=2.5, renormalize=True)
+    out = [renorm(hist, rng).token for _ in range(2000)]
+    assert None not in out and out.count(1) / len(out) == pytest.approx(6 / 9, abs=0.04)
+
+
+@pytest.mark.parametrize("cls", [HomogeneousAggregator, HeterogeneousAggregator])
+def test_noisy_aggregators_never_return_tokens_nobody_voted_for(cls):
+    rng = np.random.default_rng(5)
+    hist = VoteHistogram.from_votes(np.array([3] * 60 + [9] * 4), vocab_size=2000)
+    agg = cls(sigma=4.0)
+    tokens = {agg(hist, rng).token for _ in range(300)}
+    assert tokens <= {3, None} and 3 in tokens
+
+
+# --------------------------------------------------------------------------------------------
+# token selection, ledger, teachers from private data
+# --------------------------------------------------------------------------------------------
+
+
+def test_selector_retries_then_falls_back_to_the_public_distribution():
+    probs = np.eye(8)  # every teacher votes for a different token: no count ever exceeds 1
+    public = np.zeros(8)
+    public[2] = 1.0
+    agg = HomogeneousAggregator(sigma=0.0, threshold=2)
+    sel = PrivateTokenSelector(agg, max_retries=2, rng=np.random.default_rng(0))
+    decision = sel.select(probs, public, [])
+    assert (decision.token, decision.source, decision.releases) == (2, "fallback", 3)
+    seen = []
+    sel.fallback = lambda p, so_far, rng: seen.append(len(so_far)) or 1
+    assert sel.select(probs, public, [5, 6]).token == 1 and seen == [2]
+
+
+def test_selector_spends_nothing_when_the_threshold_is_out_of_reach():
+    from wasp_vllm.privacy.accountant import PrivacyLedger
+
+    ledger = PrivacyLedger(epsilon=8.0, delta=1e-5)
+    probs = np.full((8, 4), 0.25)
+    agg = HomogeneousAggregator(sigma=1.0, threshold=8 + 7.0)  # 7 sigma above unanimity
+    sel = PrivateTokenSelector(agg, ledger=ledger, rng=np.random.default_rng(0))
+    decision = sel.select(probs, np.array([0.0, 1.0, 0.0, 0.0]), [])
+    assert (decision.token, decision.source, decision.releases) == (1, "fallback", 0)
+    assert ledger.releases == [] and sel.releases == 0
+    assert not PrivateTokenSelector(HomogeneousAggregator(1.0, threshold=8 + 3.0)).unreachable(8, 4)
+
+
+def test_teacher_prompts_partition_the_private_records():
+    texts = [f"record {i} {CANARY}" for i in range(50)]
+    prompts = build_teacher_prompts(texts, teachers=10, label="good", seed=7, examples_per_teacher=50)
+    assert len(prompts) == 11  # ten teachers and the public prompt, last
+    assert CANARY not in prompts[-1]
+    for t in texts:
+        assert sum(f" {t}\n" in p + "\n" for p in prompts) == 1  # each record in exactly one teacher
+    # adding one record changes exactly one teacher: sensitivity sqrt(2) under add/remove
+    more = build_teacher_prompts([*texts, "new"], teachers=10, label="good", seed=7, examples_per_teacher=50)
+    assert sum(a != b for a, b in zip(prompts, more, strict=True)) == 1
+
+
+def test_generate_record_stops_at_a_stop_string_after_a_public_prefix():
+    from wasp_vllm.hotpate import generate_record
+
+    source = StubSource(["a prompt", "another", "public"])
+    sel = PrivateTokenSelector(HomogeneousAggregator(0.0, threshold=1), rng=np.random.default_rng(0))
+    out = generate_record(source, sel, max_tokens=30, prefix_ids=[7, 7], stop=("w2",))
+    assert source.generated[:2] == [7, 7]  # the prefix went to every row first
+    assert out.end == "stop" and out.tokens[-1] == 2  # seeded: token 2 comes up early
+    assert out.text.strip() == " ".join(f"w{t}" for t in out.tokens[:-1])  # cut before the stop
+    assert out.releases == out.private + out.fallback
+
+
+def test_ledger_stops_generation_early_and_says_so():
+    texts, labels = _private_set()
+    table, report = run_hotpate(
+        texts, labels, ["good", "bad"], teachers=16, max_tokens=6, n_samples=20,
+        epsilon=20.0, delta=1e-5, seed=0, sigma=2.0, threshold=4.0,
+        source_factory=lambda prompts: StubSource(prompts),
+    )  # fmt: skip
+    assert report["stopped_early"] and report["stop_reason"] == "privacy budget exhausted"
+    assert report["records_written"] == table.num_rows < 20
+    assert report["epsilon_spent"] <= 20.0 * (1 + 1e-9)
+    assert report["releases"] == report["ledger"]["compositions"] > 0
+    # one more release would have gone over the budget
+    from wasp_vllm.privacy.accountant import epsilon_for_sigma
+
+    assert epsilon_for_sigma(2.0, 1e-5, math.sqrt(2), report["releases"] + 1) > 20.0
+    assert report["records_written"] >= 2
+
+
+def test_run_hotpate_table_and_report():
+    texts, labels = _private_set()
+    table, report = run_hotpate(
+        texts, labels, ["good", "bad"], teachers=16, max_tokens=6, n_samples=6,
+        epsilon=50.0, delta=1e-5, seed=1, aggregator="heterogeneous",
+        source_factory=lambda prompts: StubSource(prompts),
+    )  # fmt: skip
+    assert table.column_names == ["id", "text", "label", "attribute", "plm", "round", "prompt_kind"]
+    assert set(table.column("prompt_kind").to_pylist()) <= {"hotpate"}
+    assert not report["stopped_early"]
+    assert report["records_written"] + report["records_empty"] == 6
+    assert report["sigma_per_release"] > 0 and report["sensitivity"] == pytest.approx(math.sqrt(2))
+    assert report["tokens_private"] + report["tokens_fallback"] > 0
+    assert report["epsilon_spent"] <= 50.0
+
+
+def test_canary_never_leaves_through_logs_report_or_errors(caplog):
+    texts, labels = _private_set()
+    caplog.set_level(logging.DEBUG)
+    table, report = run_hotpate(
+        texts, labels, ["good", "bad"], teachers=8, max_tokens=5, n_samples=4,
+        epsilon=20.0, delta=1e-5, seed=2, source_factory=lambda prompts: StubSource(prompts),
+    )  # fmt: skip
+    assert caplog.records, "expected the run to log progress"
+    assert CANARY not in caplog.text
+    assert CANARY not in json.dumps(report, default=str)
+    assert not any(CANARY in t for t in table.column("text").to_pylist())
+    with pytest.raises(ValueError) as err:  # a bad label must not be echoed either
+        run_hotpate(texts, [*labels[:-1], CANARY], ["good", "bad"], n_samples=1, epsilon=1.0, delta=1e-5,
+                    source_factory=lambda prompts: StubSource(prompts))  # fmt: skip
+    assert CANARY not in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------
+# the real model
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_kv_cache_reuse_matches_recomputing_the_prefix():
+    torch = pytest.importorskip("torch")
+    from wasp_vllm.hotpate import load_lm
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # shared CPUs: one thread is far faster than two oversubscribed ones
+    try:
+        _check_kv_cache_reuse(torch, load_lm("smollm2", device="cpu", dtype=torch.float32))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check_kv_cache_reuse(torch, lm) -> None:
+    from wasp_vllm.hotpate import TeacherEnsembleLM
+
+    prompts = [
+        "Pick a number between 1 and 10:",
+        "Here are some colours: red, green, blue, yellow and purple. Name one more colour:",
+        "Hi",
+    ]  # different lengths: the shorter rows are left-padded
+    for chat in (True, False):  # chat template, and the model as a plain LM (adds BOS if any)
+        ens = TeacherEnsembleLM(lm, prompts, chat=chat)
+        appended = [ens.encode(" Sure")[0], ens.encode(" 7")[0], ens.encode("!")[0]]
+        cached = [ens.next_distributions()]
+        for tok in appended:
+            ens.append(tok)
+            cached.append(ens.next_distributions())
+        for row, text in enumerate(ens._format(prompts)):
+            ids = lm.tokenizer(text, add_special_tokens=not chat).input_ids
+            for step in range(len(appended) + 1):
+                full = torch.tensor([ids + appended[:step]])
+                with torch.inference_mode():
+                    ref = torch.softmax(lm.model(input_ids=full).logits[0, -1].float(), -1).numpy()
+                assert np.abs(ref - cached[step][row]).sum() < 1e-3
+        ens.reset()  # back to the prompts: the next record starts from the same teachers
+        ens.append(appended[0])
+        assert np.allclose(ens.next_distributions(), cached[1], atol=1e-6)

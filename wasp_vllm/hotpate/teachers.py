@@ -1,0 +1,255 @@
+"""Next-token distributions of all teachers at once, with each teacher's KV cache reused.
+
+Hot PATE needs, for every generated token, the next-token distribution of every teacher
+prompt (and of one public prompt for the fallback).  The public hot-pate code re-encodes every
+teacher's whole prefix for every token - quadratic in the output length.  Here all teacher
+prompts go through the model once, left-padded into one batch, and every later step feeds
+only the one new (public) token to every row with ``past_key_values``: one decode step of
+batch ``n`` per token.
+
+Padding: prompts are left-padded so that every row's last position is its last real token;
+position ids are counted over real tokens only (``cumsum(mask) - 1``), so a padded row sees
+exactly the positions it would see alone (this matters for models with absolute positions;
+for RoPE models it is a no-op up to rounding).
+
+Several records are generated from the same teacher prompts, so :meth:`TeacherEnsembleLM.reset`
+goes back to the state right after the prompts from a pristine copy of the prefill cache: the
+prompts are encoded once per ensemble, not once per record.
+
+vLLM path (not implemented here; documented so the trade-off is on record)
+----------------------------------------------------------------------------
+vLLM does not expose full next-token distributions, only the top-``k`` log-probabilities of a
+request (``SamplingParams(max_tokens=1, logprobs=k)``, ``k <= max_logprobs``, 20 by default).
+Each teacher would be one request per token; automatic prefix caching keeps the re-sent prefix
+cheap, so the cost per token is ``n`` tiny requests (scheduling and detokenisation overhead
+dominate at this size).  The mass outside a teacher's top-``k``, ``m_i = 1 - sum_topk p_ij``, is
+unknown token by token.  The sound treatment is an explicit "no token" bin: the teacher votes
+"no token" with probability ``m_i`` (for a coordinated ensemble: the missing mass gets one
+shared ``Exp(1)`` variable of its own, i.e. it races as a single pseudo-token), and the
+aggregator never returns that bin.  Privacy is unchanged (one teacher still moves one vote,
+sensitivity ``sqrt(2)``); the cost is utility: votes that fall in the tail are wasted, so a
+flat teacher distribution (high temperature) loses coverage and returns "nothing" (a retry,
+i.e. more privacy spent) more often.  Renormalising the top-``k`` instead would silently
+sharpen every teacher (as if the temperature were lower) and make teachers look more alike
+than they are; spreading the missing mass uniformly over the vocabulary would let a
+coordinated teacher vote for a token it never proposed.  Hence "no token".
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class DistributionSource(Protocol):
+    """What Hot PATE generation needs from a model: one distribution per row, one token at a time.
+
+    Rows are the prompts the source was built with (teachers, then the public prompt);
+    ``append`` adds the same public token to every row; ``reset`` goes back to the prompts.
+    """
+
+    n_rows: int
+    vocab_size: int
+    stop_token_ids: frozenset[int]
+
+    def next_distributions(self) -> np.ndarray: ...
+
+    def append(self, token_id: int) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+@dataclass
+class LoadedLM:
+    """A causal LM and its tokenizer, loaded once and shared by every ensemble built on it."""
+
+    model: Any
+    tokenizer: Any
+    device: Any
+    chat: bool
+    name: str
+
+
+def _default_dtype(device: Any) -> Any:
+    """bf16 on GPUs; fp32 on CPU, where bf16 matmuls are slower here and less exact."""
+    import torch
+
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_lm(
+    model: str | Path, device: str | None = None, dtype: Any = None, chat: bool | None = None
+) -> LoadedLM:
+    """Load a model directory, or a PLM preset name resolved with the engine registry."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, name, preset_chat = _resolve(model)
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dt = dtype if dtype is not None else _default_dtype(dev)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dt).to(dev).eval()
+    use_chat = preset_chat if chat is None else chat
+    if use_chat and getattr(tokenizer, "chat_template", None) is None:
+        use_chat = False
+    log.info("hot pate: loaded %s on %s (%s, chat=%s)", name, dev, dt, use_chat)
+    return LoadedLM(lm, tokenizer, dev, use_chat, name)
+
+
+def _resolve(model: str | Path) -> tuple[Path, str, bool | None]:
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path, path.name, None
+    from wasp_vllm.engines.registry import resolve_plm
+
+    resolved = resolve_plm(str(model))
+    return resolved.path, resolved.name, resolved.chat
+
+
+def _stop_ids(tokenizer: Any, model: Any) -> frozenset[int]:
+    """End-of-sequence ids: the tokenizer's, the generation config's and chat end-of-turn markers."""
+    ids: set[int] = set()
+    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in ("<|im_end|>", "<end_of_turn>", "<|endoftext|>", "<|eot_id|>") if t in vocab)
+    return frozenset(ids)
+
+
+class TeacherEnsembleLM:
+    """All teacher prompts in one batch; the same public token appended to every teacher.
+
+    ``next_distributions()`` returns ``[n_rows, vocab]`` float32 probabilities (temperature
+    applied); ``append(token_id)`` advances every row by that token with one decode step.
+    ``chat`` (default: the model's) wraps each prompt as a user turn of the chat template.
+    Prompt texts are private: they are never logged.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | LoadedLM,
+        teacher_prompts: Sequence[str],
+        device: str | None = None,
+        dtype: Any = None,
+        temperature: float = 1.0,
+        chat: bool | None = None,
+    ) -> None:
+        if not teacher_prompts:
+            raise ValueError("TeacherEnsembleLM needs at least one prompt")
+        if temperature <= 0:
+            raise ValueError("temperature must be > 0")
+        self.lm = model_path if isinstance(model_path, LoadedLM) else load_lm(model_path, device, dtype, chat)
+        # chat=False uses a chat model as a plain LM (the prompt is the raw text to continue).
+        self.chat = self.lm.chat if chat is None else bool(chat and self.lm.chat)
+        self.temperature = float(temperature)
+        self.n_rows = len(teacher_prompts)
+        self.stop_token_ids = _stop_ids(self.lm.tokenizer, self.lm.model)
+        self.generated: list[int] = []
+        self._prefill(self._format(teacher_prompts))
+
+    # -- prompts ------------------------------------------------------------------------------
+
+    def _format(self, prompts: Sequence[str]) -> list[str]:
+        """Wrap each prompt as a user turn when the model is a chat model."""
+        if not self.chat:
+            return list(prompts)
+        tok = self.lm.tokenizer
+        return [
+            tok.apply_chat_template(
+                [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+            )
+            for p in prompts
+        ]
+
+    def _prefill(self, texts: list[str]) -> None:
+        """Encode every prompt once; keep a pristine copy of the cache for :meth:`reset`."""
+        import torch
+
+        tok = self.lm.tokenizer
+        side = tok.padding_side
+        tok.padding_side = "left"
+        try:
+            # A chat template already writes the special tokens; a plain prompt needs BOS.
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=not self.chat)
+        finally:
+            tok.padding_side = side
+        mask = enc.attention_mask.to(self.lm.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            out = self.lm.model(
+                input_ids=enc.input_ids.to(self.lm.device),
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        self._pristine = (out.past_key_values, mask, positions[:, -1:], out.logits[:, -1, :].float())
+        self.prompt_lengths = mask.sum(-1).tolist()
+        self.reset()
+
+    # -- stepping -----------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._logits.shape[-1])
+
+    def reset(self) -> None:
+        """Back to the state right after the prompts (the cache is copied lazily on append)."""
+        _, self._mask, self._last_pos, self._logits = self._pristine
+        self._cache = None
+        self.generated = []
+
+    def next_distributions(self) -> np.ndarray:
+        """``softmax(logits / temperature)`` of every row at the current position."""
+        import torch
+
+        probs = torch.softmax(self._logits / self.temperature, dim=-1)
+        return probs.cpu().numpy()
+
+    def append(self, token_id: int) -> None:
+        """Feed the same token to every row, reusing each row's KV cache."""
+        import torch
+
+        if not 0 <= int(token_id) < self.vocab_size:
+            raise ValueError("token id outside the vocabulary")
+        if self._cache is None:
+            self._cache = copy.deepcopy(self._pristine[0])
+        dev = self.lm.device
+        ids = torch.full((self.n_rows, 1), int(token_id), dtype=torch.long, device=dev)
+        self._mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=-1)
+        self._last_pos = self._last_pos + 1
+        with torch.inference_mode():
+            out = self.lm.model(
+                input_ids=ids,
+                attention_mask=self._mask,
+                position_ids=self._last_pos,
+                past_key_values=self._cache,
+                use_cache=True,
+            )
+        self._cache = out.past_key_values
+        self._logits = out.logits[:, -1, :].float()
+        self.generated.append(int(token_id))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.lm.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a public text (no special tokens), e.g. to force a prefix."""
+        return list(self.lm.tokenizer(text, add_special_tokens=False).input_ids)
