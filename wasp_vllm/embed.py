@@ -81,7 +81,12 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        return int(self._model.get_sentence_embedding_dimension())
+        # sentence-transformers 6 renamed the accessor; keep working with both.
+        getter = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        return int(getter())
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 0:

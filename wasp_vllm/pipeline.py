@@ -76,7 +76,9 @@ def validate_against_data(cfg: RunConfig, task: TaskSpec, private: PrivateSet) -
         return
     q = effective_q(cfg)
     if len(private) < q:
-        raise ConfigError(f"the private set has {len(private)} records, fewer than q={q}")
+        raise ConfigError(
+            f"the private set has {len(private)} records, fewer than q={q}: use a larger --m or a smaller --q"
+        )
     per_label_round = cfg.n // cfg.rounds // n_labels
     if cfg.s > max(1, per_label_round * (cfg.rounds - 1)):
         raise ConfigError(
@@ -289,8 +291,12 @@ class RunContext:
     parties: np.ndarray | None
 
 
-def prepare(cfg: RunConfig) -> RunContext:
-    """Load the task and the private data, and plan the privacy spending."""
+def prepare(cfg: RunConfig, *, check_models: bool = False) -> RunContext:
+    """Load the task and the private data, and plan the privacy spending.
+
+    ``check_models`` also resolves every PLM and the embedder (loading none), so that a
+    wrong name fails before any engine starts; callers with their own engines skip it.
+    """
     task = get_task(cfg.task)
     private = load_private(
         cfg.private,
@@ -314,6 +320,10 @@ def prepare(cfg: RunConfig) -> RunContext:
         if users is None:
             raise ConfigError("--privacy-unit user needs --user-col (or --parties, one user per party)")
         records_per_unit = max_records_per_user(users)
+    if check_models:
+        from wasp_vllm.config import check_models as resolve_all_models
+
+        resolve_all_models(cfg)
     return RunContext(cfg, task, private, privacy_plan(cfg, records_per_unit), records_per_unit, parties)
 
 
@@ -404,6 +414,8 @@ class Run:
         new = pa.Table.from_pylist([r for res in results.values() for r in res.rows], schema=sample_schema())
         emb = self._timed("embedding", embedder.encode, new.column("text").to_pylist())
         new = new.append_column("embedding", pa.FixedSizeListArray.from_arrays(emb.reshape(-1), emb.shape[1]))
+        # Readers reuse stored embeddings only when they come from the same embedder.
+        new = new.replace_schema_metadata({"embedder": str(getattr(embedder, "name", "unknown"))})
         if t < cfg.rounds - 1 and uses_private_data(cfg):
             votes = self._vote(t, [*tables, new], private_emb, state)
             self._select(votes, [*tables, new], state)

@@ -1,0 +1,95 @@
+"""Baselines and variants as strategies of the same round loop (fake engine: pipeline logic only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_pipeline import WORDS, make_cfg, run
+from wasp_vllm.config import ConfigError
+from wasp_vllm.embed import Embedder
+from wasp_vllm.pipeline import prepare
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return Embedder("auto", device="cpu")
+
+
+@pytest.fixture()
+def private_csv(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    rows = ["text,label,user"]
+    for i in range(40):
+        label = ["positive", "neutral", "negative"][i % 3]
+        rows.append(f"record {i} {' '.join(rng.choice(WORDS, size=8))},{label},u{i % 10}")
+    path = tmp_path / "private.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def kinds_by_round(out: Path) -> dict[int, set[str]]:
+    table = pq.read_table(out / "synthetic.parquet")
+    found: dict[int, set[str]] = {}
+    for r, k in zip(table.column("round").to_pylist(), table.column("prompt_kind").to_pylist(), strict=True):
+        found.setdefault(r, set()).add(k)
+    return found
+
+
+def test_fusegen_spends_no_privacy_and_never_votes(tmp_path, private_csv, embedder):
+    manifest = run(make_cfg(private_csv, strategy="fusegen"), tmp_path / "o", embedder)
+    assert manifest["privacy"]["ledger"]["compositions"] == 0
+    assert manifest["privacy"]["ledger"]["epsilon_spent_exact"] == 0
+    assert manifest["privacy"]["plan"]["sigma"] is None
+    assert kinds_by_round(tmp_path / "o") == {0: {"zero_shot"}, 1: {"zero_shot"}, 2: {"zero_shot"}}
+    assert all(r["weights_after"] == [0.5, 0.5] for r in manifest["rounds"])
+
+
+def test_aug_pe_votes_top1_with_one_plm_and_variation_prompts(tmp_path, private_csv, embedder):
+    manifest = run(make_cfg(private_csv, strategy="aug-pe", plms=["a"]), tmp_path / "o", embedder)
+    assert manifest["privacy"]["plan"]["q"] == 1
+    assert manifest["privacy"]["plan"]["sensitivity"] == pytest.approx(np.sqrt(2.0))  # Top-1 near + far
+    assert kinds_by_round(tmp_path / "o")[2] == {"few_shot"}
+    with pytest.raises(ConfigError, match="exactly one PLM"):
+        prepare(make_cfg(private_csv, strategy="aug-pe"))
+
+
+def test_ablations_change_prompts_and_weights(tmp_path, private_csv, embedder):
+    no_contrast = run(make_cfg(private_csv, contrastive=False), tmp_path / "nc", embedder)
+    assert kinds_by_round(tmp_path / "nc")[2] == {"few_shot"}
+    assert no_contrast["privacy"]["ledger"]["compositions"] == 2
+    fixed = run(make_cfg(private_csv, weighting=False), tmp_path / "nw", embedder)
+    assert all(r["weights_after"] == [0.5, 0.5] for r in fixed["rounds"])
+
+
+def test_paper_accountant_adds_more_noise_for_the_same_budget(tmp_path, private_csv, embedder):
+    exact = prepare(make_cfg(private_csv)).plan
+    paper = prepare(make_cfg(private_csv, accountant="paper")).plan
+    assert paper.sigma > 2 * exact.sigma
+    assert paper.epsilon_exact_spent < exact.epsilon_exact_spent <= 4 + 1e-9
+
+
+def test_federated_run_records_both_guarantees(tmp_path, private_csv, embedder):
+    manifest = run(make_cfg(private_csv, parties=4, tolerance=1), tmp_path / "o", embedder)
+    fed = manifest["privacy"]["federated"]
+    assert fed["parties"] == 4 and fed["tolerance"] == 1
+    assert "coalition" in fed["guarantee"] or "coalition" in str(fed)
+    assert manifest["privacy"]["ledger"]["epsilon_spent_exact"] <= 4 + 1e-9
+    assert pq.read_table(tmp_path / "o" / "synthetic.parquet").num_rows == 36
+
+
+def test_pre_text_is_federated_top1(tmp_path, private_csv, embedder):
+    manifest = run(make_cfg(private_csv, strategy="pre-text", parties=4), tmp_path / "o", embedder)
+    assert manifest["privacy"]["plan"]["q"] == 1 and "federated" in manifest["privacy"]
+    with pytest.raises(ValueError, match="federated"):
+        make_cfg(private_csv, strategy="pre-text")
+
+
+def test_user_level_privacy_scales_sensitivity(tmp_path, private_csv):
+    record = prepare(make_cfg(private_csv, user_col="user")).plan
+    user = prepare(make_cfg(private_csv, user_col="user", privacy_unit="user")).plan
+    assert user.sensitivity == pytest.approx(4 * record.sensitivity)  # 40 records over 10 users
+    assert user.sigma > record.sigma
