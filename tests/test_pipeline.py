@@ -7,8 +7,6 @@ Parquet I/O are the real ones. Real engines run in ``test_engines_real.py``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from pathlib import Path
 
@@ -16,44 +14,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from tests.fakes import WORDS, FakeEngineForUnitTests
 from wasp_vllm.config import ConfigError, RunConfig
 from wasp_vllm.embed import Embedder
-from wasp_vllm.engines.base import Completion, GenerationParams
 from wasp_vllm.pipeline import PipelineError, Run, prepare
 from wasp_vllm.store import CheckpointError
 
 CANARY = "CANARY-7f3a9e-private"
-WORDS = "great awful fine relief nausea sleep pain better worse doctor dose week side effect works".split()
-
-
-class FakeEngineForUnitTests:
-    """Deterministic pseudo-text per (prompt, seed); modes simulate misbehaving engines."""
-
-    def __init__(self, name: str, mode: str = "ok", fail_after: int | None = None) -> None:
-        self.name = name
-        self.mode = mode
-        self.fail_after = fail_after
-        self.calls = 0
-        self.prompts: list[str] = []
-
-    def generate(self, prompts, seeds, params: GenerationParams) -> list[Completion]:
-        self.calls += 1
-        self.prompts.extend(prompts)
-        if self.mode == "raise" or (self.fail_after is not None and self.calls > self.fail_after):
-            raise MemoryError("simulated out of memory")
-        out = []
-        for prompt, seed in zip(prompts, seeds, strict=True):
-            if self.mode == "empty":
-                out.append(Completion("   ", 1))
-            elif self.mode == "echo":
-                out.append(Completion(prompt[-60:], 10))
-            else:
-                rng = np.random.default_rng(int(hashlib.sha256(f"{prompt}|{seed}".encode()).hexdigest()[:12], 16))
-                out.append(Completion(" ".join(rng.choice(WORDS, size=12)) + '" and more', 12))
-        return out
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +42,19 @@ def private_csv(tmp_path: Path) -> Path:
 
 
 def make_cfg(private_csv: Path, **kw) -> RunConfig:
-    base = dict(plms=["a", "b"], task="drugs", private=str(private_csv), private_limit=None, n=36, rounds=3,
-                q=2, s=2, noise_seed=123, epsilon=4.0, delta=1e-5)
+    base = dict(
+        plms=["a", "b"],
+        task="drugs",
+        private=str(private_csv),
+        private_limit=None,
+        n=36,
+        rounds=3,
+        q=2,
+        s=2,
+        noise_seed=123,
+        epsilon=4.0,
+        delta=1e-5,
+    )
     return RunConfig(**(base | kw))
 
 
