@@ -33,8 +33,8 @@ LABELS = ["positive", "neutral", "negative"]
 
 
 def _records(n: int = 30, labels: list[str] = LABELS) -> list[tuple[str, str]]:
-    return [(f"record {i} " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(8)), labels[i % len(labels)])
-            for i in range(n)]  # fmt: skip
+    words = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(8)) for i in range(n)]
+    return [(f"record {i} {words[i]}", labels[i % len(labels)]) for i in range(n)]
 
 
 def write_csv(path: Path, rows: list[tuple[str, str]], header: str = "text,label") -> Path:
@@ -140,10 +140,16 @@ def _bad_input_cases(tmp: Path) -> list[tuple[str, dict, str]]:
         ("missing-label-column", {"label_col": "rating"}, "no label column 'rating'"),
         ("empty-file", {"private": str(tmp / "empty.csv")}, "file is empty"),
         ("header-only", {"private": str(write_csv(tmp / "header.csv", []))}, "the table has no records"),
-        ("null-text", {"private": str(write_csv(tmp / "nulls.csv", [*rows, ("", "positive")]))},
-         "1 of 31 records have a null or empty text"),
-        ("labels-not-in-task", {"private": str(write_csv(tmp / "l.csv", [*rows, ("odd one", "spam")]))},
-         "1 of 31 records have a label in column 'label' that is not a label of task 'drugs'"),
+        (
+            "null-text",
+            {"private": str(write_csv(tmp / "nulls.csv", [*rows, ("", "positive")]))},
+            "1 of 31 records have a null or empty text",
+        ),
+        (
+            "labels-not-in-task",
+            {"private": str(write_csv(tmp / "l.csv", [*rows, ("odd one", "spam")]))},
+            "1 of 31 records have a label in column 'label' that is not a label of task 'drugs'",
+        ),
         ("unknown-task", {"task": "no-such-task"}, "no-such-task"),
         ("m-below-q", {"m": "5", "q": "8", "n": "300", "s": "2"}, "5 records, fewer than q=8"),
         ("s-larger-than-pools", {"s": "50"}, "s=50 is larger than any pool"),
@@ -246,6 +252,21 @@ def test_out_holding_another_run_is_refused_unless_asked(env):
     # both flags: refused rather than guessing which one was meant
     assert_refused(invoke(base, "--resume", "--overwrite"), "--resume and --overwrite exclude each other")
     assert after() == before
+    # the refusal comes before the data is read and before any model name is resolved
+    assert_refused(invoke(base, plms="no-such-plm", private="absent.csv"), "already holds a run")
+
+
+def test_overwrite_replaces_the_run(env, monkeypatch):
+    tmp, base, out = env
+    _finished_run(tmp, base, out)
+    monkeypatch.setattr(
+        wasp_vllm.pipeline, "_default_engine_factory", lambda name, cfg: FakeEngineForUnitTests(name)
+    )
+    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
+    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)
+    result = invoke(base, "--overwrite", epsilon="2")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "manifest.json").read_text())["config"]["epsilon"] == 2.0
 
 
 def test_corrupted_checkpoint_is_refused_on_resume(env):
@@ -254,7 +275,9 @@ def test_corrupted_checkpoint_is_refused_on_resume(env):
     state = json.loads((out / "state.json").read_text())
     state["state"]["weights"] = [0.9, 0.1]  # edited without updating its checksum
     (out / "state.json").write_text(json.dumps(state))
-    assert_refused(invoke(base, "--resume", **_same_settings()), "state.json is corrupted (checksum mismatch)")
+    assert_refused(
+        invoke(base, "--resume", **_same_settings()), "state.json is corrupted (checksum mismatch)"
+    )
     (out / "state.json").write_text("{not json")
     assert_refused(invoke(base, "--resume", **_same_settings()), "state.json is corrupted (not a valid")
 
@@ -284,7 +307,7 @@ def test_label_without_private_records_runs_with_a_warning(env, monkeypatch):
     assert table.num_rows == 36
     assert set(table.column("label").to_pylist()) == set(LABELS)  # the label is still generated
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["private_data"]["records_per_label"]["neutral"] == 0
+    assert "records_per_label" not in manifest["private_data"]  # exact private counts stay out
 
 
 def test_real_process_prints_no_traceback(env):
@@ -309,5 +332,7 @@ def test_parquet_private_file_with_missing_column(env):
     tmp, base, out = env
     path = tmp / "private.parquet"
     pq.write_table(pa.table({"body": ["a b c", "d e f"], "label": ["positive", "negative"]}), path)
-    assert_refused(invoke(base, private=str(path)), "no text column 'text'; available columns: ['body', 'label']")
+    assert_refused(
+        invoke(base, private=str(path)), "no text column 'text'; available columns: ['body', 'label']"
+    )
     assert_nothing_written(out)

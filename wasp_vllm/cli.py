@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -68,11 +69,10 @@ def _friendly_errors() -> Iterator[None]:
     """A user's mistake gets one clear line and exit code 2, not a traceback."""
     try:
         yield
-    except _user_errors() as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
-        raise typer.Exit(2) from None
-    except ValueError as exc:  # validation inside the library (pydantic, numpy shapes, ...)
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+    except (*_user_errors(), ValueError) as exc:  # ValueError: validation inside the library
+        # One line: escaped (a path or label list may hold [brackets]) and never wrapped.
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -182,8 +182,9 @@ def generate(
     """Generate a DP synthetic labelled dataset with WASP (or a baseline strategy)."""
     _setup_logging(verbose)
     with _friendly_errors():
-        from wasp_vllm.config import build_config, read_config_file
+        from wasp_vllm.config import ConfigError, build_config, read_config_file
         from wasp_vllm.pipeline import Run, prepare
+        from wasp_vllm.store import RunStore
 
         overrides: dict[str, Any] = dict(
             plms=_split(plms),
@@ -215,8 +216,12 @@ def generate(
             contrastive=False if no_contrast else None,
             weighting=False if no_weighting else None,
         )
+        if resume and overwrite:
+            raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
         cfg = build_config(read_config_file(config) if config else {}, overrides)
-        ctx = prepare(cfg)
+        RunStore(out).check(resume=resume, overwrite=overwrite)
+        # Every check (settings, data, model names, --out) runs before the first model loads.
+        ctx = prepare(cfg, check_models=True)
         _log_plan(ctx)
         with _progress() as progress:
             manifest = Run(ctx, out, progress=progress).execute(resume=resume, overwrite=overwrite)

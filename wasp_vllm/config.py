@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
@@ -125,7 +126,40 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> RunC
     try:
         return RunConfig(**merged)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(problems) from None
+        raise ConfigError("; ".join(_describe(err) for err in exc.errors())) from None
+
+
+def _describe(err: Any) -> str:
+    """One pydantic error as ``setting: problem``; the offending value is not repeated."""
+    where = ".".join(str(p) for p in err["loc"]) or "config"
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][0]), RunConfig.model_fields, n=1)
+        return f"unknown setting {where!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    message = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if err["loc"] else message
+
+
+def check_models(cfg: RunConfig) -> None:
+    """Resolve every PLM and the embedder on this machine, loading none of them.
+
+    Resolution is local and cheap (a preset, a model directory, the local HF cache), so a
+    wrong name or path fails here, before any engine starts. Packaged presets go last: the
+    first resolution of one dequantizes it once (about a minute).
+    """
+    from wasp_vllm.embed import resolve_embedder
+    from wasp_vllm.engines import PRESETS, ModelError, parse_plm
+    from wasp_vllm.engines.registry import resolve_plm
+
+    local = []
+    for spec in cfg.plms:
+        model, url = parse_plm(spec)
+        if url is None and cfg.engine == "openai":
+            raise ModelError(f"the openai engine needs an endpoint: pass {model}@http://host:8000/v1")
+        if url is None:
+            local.append(model)
+    packaged = [m for m in local if m in PRESETS and PRESETS[m].packaged]
+    for model in [m for m in local if m not in packaged] + packaged:
+        plm = resolve_plm(model)
+        if cfg.engine == "vllm" and plm.seq2seq:
+            raise ModelError(f"vLLM cannot serve {plm.name} (encoder-decoder); use --engine hf or auto")
+    resolve_embedder(cfg.embedder)

@@ -102,8 +102,10 @@ def read_table(path: str | Path) -> pa.Table:
     """Read a csv, tsv, jsonl (.json lines) or parquet file into an Arrow table, by extension."""
     path = Path(path)
     fmt = _table_format(path)
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"{path}: file not found")
+    if not path.is_file():
+        raise DataError(f"{path}: not a regular file")
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -268,6 +270,14 @@ def _require_columns(table: pa.Table, source: str, columns: dict[str, str | None
     for role, name in columns.items():
         if name is not None and name not in available:
             raise DataError(f"{source}: no {role} column {name!r}; available columns: {available}")
+        # The CSV reader turns text that is not UTF-8 (e.g. Latin-1) into bytes; str() would
+        # then give "b'...'" texts, so refuse instead.
+        if name is not None and _is_bytes(table.schema.field(name).type):
+            raise DataError(f"{source}: {role} column {name!r} is not UTF-8 text; save the file as UTF-8")
+
+
+def _is_bytes(kind: pa.DataType) -> bool:
+    return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
 
 
 def _texts(table: pa.Table, col: str, source: str) -> list[str]:
@@ -346,11 +356,12 @@ def table_to_set(
         attributes=_attributes(table, attribute_col) if attribute_col else None,
         users=_users(table, user_col, source) if user_col else None,
     )
-    empty = int((data.label_counts() == 0).sum())
-    if empty:
+    empty = [name for name, count in zip(task.labels, data.label_counts(), strict=True) if count == 0]
+    if empty:  # allowed: such a label is still generated, but nothing real votes for its samples
         logger.warning(
-            "%s: %d of %d labels of task '%s' have no records", source, empty, len(task.labels), task.name
-        )
+            "%s: %d of %d labels of task '%s' have no records (%s)",
+            source, len(empty), len(task.labels), task.name, ", ".join(empty),
+        )  # fmt: skip
     return data
 
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from wasp_vllm.config import ConfigError, RunConfig
 from wasp_vllm.data import PrivateSet, dirichlet_partition, load_private
-from wasp_vllm.engines import Engine, GenerationParams, make_engine
+from wasp_vllm.engines import Engine, GenerationParams, ModelError, make_engine
 from wasp_vllm.privacy.accountant import PrivacyLedger, PrivacyPlan, plan_privacy
 from wasp_vllm.privacy.voting import NoisyVotes, noisy_votes
 from wasp_vllm.selection import allocate_quotas, plm_weights, select_pools, split_over_labels
@@ -431,6 +431,7 @@ class Run:
                 "shortfall": {p: r.shortfall for p, r in results.items()},
                 "tokens": {p: r.tokens for p, r in results.items()},
                 "seconds": {p: round(r.seconds, 3) for p, r in results.items()},
+                "engine_failures": {p: r.failures for p, r in results.items()},
             }
         )
         state["completed_rounds"] = t + 1
@@ -466,8 +467,8 @@ class Run:
             lost = 0
             for share, res in self._run_shares(rin, shares):
                 name = self.cfg.plms[share.k]
-                if res is None:
-                    self._drop(name, state)
+                if isinstance(res, EngineFailed):
+                    self._drop(name, state, f"round {rin.t}: {res}")
                     lost += share.quota
                 else:
                     results.setdefault(name, PLMResult()).merge(res)
@@ -479,15 +480,17 @@ class Run:
             shares = [Share(k, int(q), part + 1) for k, q in enumerate(extra) if q > 0]
         return results
 
-    def _run_shares(self, rin: RoundInputs, shares: list[Share]) -> list[tuple[Share, PLMResult | None]]:
-        def work(share: Share) -> tuple[Share, PLMResult | None]:
+    def _run_shares(
+        self, rin: RoundInputs, shares: list[Share]
+    ) -> list[tuple[Share, PLMResult | EngineFailed]]:
+        def work(share: Share) -> tuple[Share, PLMResult | EngineFailed]:
             name = self.cfg.plms[share.k]
             bar = self._bar(f"round {rin.t} · {name}", share.quota)
             try:
                 res = generate_share(self.engines[name], rin, share, lambda n: self._advance(bar, n))
             except EngineFailed as exc:
                 log.error("%s; continuing without it", exc)
-                return share, None
+                return share, exc
             self.timings[f"generation:{name}"] += res.seconds
             return share, res
 
@@ -497,20 +500,21 @@ class Run:
                 return list(pool.map(work, shares))
         return [work(share) for share in shares]
 
-    def _drop(self, name: str, state: dict[str, Any]) -> None:
+    def _drop(self, name: str, state: dict[str, Any], reason: str) -> None:
         """Go on without a PLM that keeps failing; its weight is shared by the others."""
         state["active"] = [p for p in state["active"] if p != name]
-        state["dropped"][name] = "failed repeatedly; see the log"
-        weights = np.asarray(state["weights"], dtype=float)
-        weights[self.cfg.plms.index(name)] = 0.0
-        if weights.sum() > 0:
-            state["weights"] = (weights / weights.sum()).tolist()
-        else:  # survivors had zero weight: share equally among them
-            state["weights"] = (
-                [1.0 / len(state["active"]) if p in state["active"] else 0.0 for p in self.cfg.plms]
-                if state["active"]
-                else state["weights"]
-            )
+        state["dropped"][name] = reason
+        self._renormalise(state)
+
+    def _renormalise(self, state: dict[str, Any]) -> None:
+        """Dropped PLMs keep weight 0; the active ones share 1 (equally if none has any weight)."""
+        active = np.array([p in state["active"] for p in self.cfg.plms])
+        if not active.any():
+            return
+        weights = np.where(active, np.asarray(state["weights"], dtype=float), 0.0)
+        if weights.sum() <= 0:
+            weights = active / active.sum()
+        state["weights"] = (weights / weights.sum()).tolist()
 
     def _vote(
         self, t: int, tables: list[pa.Table], private_emb: np.ndarray, state: dict[str, Any]
@@ -573,12 +577,20 @@ class Run:
             state["weights"] = plm_weights(
                 votes.h_near, plm_of, len(cfg.plms), np.asarray(state["weights"])
             ).tolist()
+            self._renormalise(state)  # a dropped PLM's old samples still get votes
 
     # -- engines, embedder, progress
     def _open_engines(self, state: dict[str, Any]) -> None:
         for name in state["active"]:
             start = time.perf_counter()
-            self.engines[name] = self.engine_factory(name, self.cfg)
+            try:
+                self.engines[name] = self.engine_factory(name, self.cfg)
+            except ModelError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a model that passed the cheap checks but will not load
+                raise ModelError(
+                    f"PLM {name} could not be loaded ({type(exc).__name__}); see the log"
+                ) from exc
             self.timings[f"startup:{name}"] += time.perf_counter() - start
 
     def _embedder(self) -> Any:
@@ -701,11 +713,8 @@ def build_manifest(
     return {
         "config": ctx.cfg.model_dump(mode="json") | {"noise_seed": None},
         "task": ctx.task.name,
-        "private_data": {
-            "fingerprint_sha256": ctx.private.fingerprint(),
-            "records": len(ctx.private),
-            "records_per_label": dict(zip(ctx.task.labels, ctx.private.label_counts().tolist(), strict=True)),
-        },
+        # No per-label counts: they are exact statistics of the private data, released without noise.
+        "private_data": {"fingerprint_sha256": ctx.private.fingerprint(), "records": len(ctx.private)},
         "plms": {"active": state["active"], "dropped": state["dropped"], "final_weights": state["weights"]},
         "rounds": state["rounds"],
         "privacy": privacy,

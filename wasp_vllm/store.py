@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -28,6 +29,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 RUN_FILES = ("state.json", "manifest.json", "synthetic.parquet", "rounds", ".noise-key")
+# What _atomic_write's mkstemp(prefix=f".{name}.") calls its temporary files.
+_TEMP_NAME = re.compile(
+    r"\.(state\.json|manifest\.json|synthetic\.parquet|\.noise-key|round-\d+\.parquet)\.[A-Za-z0-9_]{8}"
+)
 
 
 class CheckpointError(RuntimeError):
@@ -99,14 +104,18 @@ class RunStore:
     def has_run(self) -> bool:
         return any((self.out / name).exists() for name in RUN_FILES)
 
-    def prepare(self, *, resume: bool, overwrite: bool) -> None:
-        """Refuse to mix runs: an existing run is continued or removed only when asked."""
+    def check(self, *, resume: bool, overwrite: bool) -> None:
+        """Refuse to mix runs (an existing run is continued or removed only when asked); changes nothing."""
         if self.out.exists() and not self.out.is_dir():
             raise CheckpointError(f"--out {self.out} exists and is not a directory")
         if self.has_run() and not (resume or overwrite):
             raise CheckpointError(
                 f"{self.out} already holds a run; pass --resume to continue it or --overwrite to replace it"
             )
+
+    def prepare(self, *, resume: bool, overwrite: bool) -> None:
+        """:meth:`check`, then clear the directory for an overwrite and remove stale temporary files."""
+        self.check(resume=resume, overwrite=overwrite)
         if overwrite and not resume:
             for name in RUN_FILES:
                 target = self.out / name
@@ -114,7 +123,14 @@ class RunStore:
                     shutil.rmtree(target)
                 else:
                     target.unlink(missing_ok=True)
+        for stale in self.stale_temp_files():  # left by a kill in the middle of a write
+            stale.unlink(missing_ok=True)
         self.out.mkdir(parents=True, exist_ok=True)
+
+    def stale_temp_files(self) -> list[Path]:
+        """Temporary files of :func:`_atomic_write` that a killed process left behind."""
+        folders = [self.out, self.out / "rounds"]
+        return [p for d in folders if d.is_dir() for p in d.iterdir() if _TEMP_NAME.fullmatch(p.name)]
 
     def noise_key(self, fixed: int | None) -> int:
         """The DP noise seed: fixed (tests), else a secret kept beside the checkpoint for resume.
@@ -126,14 +142,25 @@ class RunStore:
             return fixed
         path = self.out / ".noise-key"
         if path.exists():
-            return int(path.read_text().strip())
+            try:
+                return int(path.read_text().strip())
+            except ValueError:
+                raise CheckpointError(f"{path} is corrupted (not a noise key)") from None
         key = secrets.randbits(128)
         _atomic_write(path, lambda tmp: tmp.write_text(str(key)), mode=0o600)
         return key
 
+    def _noise_key_digest(self) -> str | None:
+        path = self.out / ".noise-key"
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
     def save_state(self, state: dict[str, Any]) -> None:
         body = json.dumps(state, sort_keys=True)
-        write_json(self.state_path, {"state": state, "sha256": hashlib.sha256(body.encode()).hexdigest()})
+        wrapper = {"state": state, "sha256": hashlib.sha256(body.encode()).hexdigest()}
+        key = self._noise_key_digest()
+        if key is not None:  # a lost or edited key would silently change the noise of later rounds
+            wrapper["noise_key_sha256"] = key
+        write_json(self.state_path, wrapper)
 
     def load_state(self) -> dict[str, Any] | None:
         """The last finished round's state, verified; None when the run has not finished a round."""
@@ -151,6 +178,8 @@ class RunStore:
             path = self.out / "rounds" / name
             if not path.exists() or sha256_file(path) != digest:
                 raise CheckpointError(f"checkpoint file rounds/{name} is missing or corrupted (checksum)")
+        if "noise_key_sha256" in wrapper and self._noise_key_digest() != wrapper["noise_key_sha256"]:
+            raise CheckpointError(f"{self.out / '.noise-key'} is missing or corrupted (checksum)")
         return state
 
     def read_round(self, t: int) -> pa.Table:

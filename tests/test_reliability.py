@@ -1,0 +1,343 @@
+"""Crashes, failing engines and the privacy boundary of a run.
+
+The subject is the round loop, its checkpoints and what leaves it, not an LLM or an embedder,
+so generation comes from ``FakeEngineForUnitTests`` and embeddings from ``HashEmbedderForTests``
+(both in tests/fakes.py, named as such); voting, noise, the ledger, selection and Parquet I/O
+are the real ones. Crashes are real: a subprocess runs the pipeline and SIGKILLs itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import wasp_vllm.embed
+import wasp_vllm.pipeline
+from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests
+from wasp_vllm.cli import app
+from wasp_vllm.config import RunConfig
+from wasp_vllm.data import DataError, load_private
+from wasp_vllm.pipeline import Run, prepare, privacy_plan
+from wasp_vllm.privacy.accountant import PrivacyBudgetExceeded, PrivacyLedger
+from wasp_vllm.store import CheckpointError, RunStore
+from wasp_vllm.tasks import get_task
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ["positive", "neutral", "negative"]
+
+
+def write_private(path: Path, n: int = 30, canaries: list[str] | None = None) -> Path:
+    rng = np.random.default_rng(0)
+    lines = ["text,label"]
+    for i in range(n):
+        words = " ".join(rng.choice(WORDS, size=10))
+        prefix = f"{canaries[i]} " if canaries else ""
+        lines.append(f"{prefix}record {i} {words},{LABELS[i % 3]}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def settings(private: Path, **kw) -> dict:
+    base = dict(plms=["a", "b"], task="drugs", private=str(private), private_limit=None, n=36, rounds=3,
+                q=2, s=2, noise_seed=123, concurrent=False)  # fmt: skip
+    return base | kw
+
+
+def run_in_process(cfg: RunConfig, out: Path, engines: dict | None = None, **kw) -> dict:
+    engines = engines if engines is not None else {}
+
+    def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:
+        return engines.setdefault(name, FakeEngineForUnitTests(name))
+
+    return Run(prepare(cfg), out, engine_factory=factory, embedder=HashEmbedderForTests()).execute(**kw)
+
+
+# --- kill -9 and --resume ------------------------------------------------------------------------
+
+
+def run_subprocess(cfg_path: Path, out: Path, *extra: str, kill_at: str | None = None):
+    env = {k: v for k, v in os.environ.items() if k != "WASP_TEST_KILL_AT"}
+    if kill_at:
+        env["WASP_TEST_KILL_AT"] = kill_at
+    cmd = [sys.executable, "-m", "tests.fakes", str(cfg_path), str(out), *extra]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def crash_setup(tmp_path_factory):
+    """An uninterrupted run of the same settings, to compare the resumed runs against."""
+    tmp = tmp_path_factory.mktemp("crash")
+    cfg_path = tmp / "cfg.json"
+    cfg_path.write_text(json.dumps(settings(write_private(tmp / "private.csv"))))
+    proc = run_subprocess(cfg_path, tmp / "full")
+    assert proc.returncode == 0, proc.stderr
+    return tmp, cfg_path, tmp / "full"
+
+
+def _comparable(manifest: dict) -> dict:
+    """The manifest without what legitimately differs between processes (timings, versions)."""
+    rounds = [{k: v for k, v in r.items() if k != "seconds"} for r in manifest["rounds"]]
+    keep = ("config", "private_data", "plms", "privacy", "output", "tokens")
+    return {k: manifest[k] for k in keep} | {"rounds": rounds}
+
+
+# T=3: round 0 = engine calls 1 (a) and 2 (b), then vote 1; round 1 = calls 3, 4, vote 2; round 2 = 5, 6.
+CRASHES = {
+    "generate:3": "in the middle of round 1's generation",
+    "vote:2": "inside round 1's voting, before its noisy histograms exist",
+    "write_round:2": "half-way through writing round 1's Parquet file",
+    "save_state:2": "after round 1's Parquet file is in place, before its state is saved",
+    "write_final:1": "half-way through writing the final synthetic.parquet",
+}
+
+
+@pytest.mark.parametrize("kill_at", list(CRASHES))
+def test_sigkill_then_resume_gives_the_uninterrupted_output(crash_setup, kill_at):
+    """Byte-identical synthetic.parquet: every round is a deterministic function of the seeds and the
+    checkpointed state (weights, pools, ledger), the noise seed is fixed (``noise_seed``; with a
+    secret key the key file is kept beside the checkpoint), and the final file is rebuilt from the
+    round files, so a resumed run writes the same rows in the same order with the same writer."""
+    tmp, cfg_path, full = crash_setup
+    out = tmp / kill_at.replace(":", "-")
+    killed = run_subprocess(cfg_path, out, kill_at=kill_at)
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    assert not (out / "manifest.json").exists() and not (out / "synthetic.parquet").exists()
+    state = RunStore(out).load_state()  # the checkpoint on disk is whole and verifies
+    assert state is not None and state["completed_rounds"] == (3 if kill_at == "write_final:1" else 1)
+    if kill_at.startswith("write_"):
+        assert RunStore(out).stale_temp_files(), "the kill should have left half a file"
+    if kill_at == "generate:3":  # once is enough: without --resume the killed run is refused
+        again = run_subprocess(cfg_path, out)
+        assert again.returncode != 0 and "already holds a run" in again.stderr
+    resumed = run_subprocess(cfg_path, out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (out / "synthetic.parquet").read_bytes() == (full / "synthetic.parquet").read_bytes()
+    a = json.loads((full / "manifest.json").read_text())
+    b = json.loads((out / "manifest.json").read_text())
+    assert _comparable(a) == _comparable(b)
+    assert b["privacy"]["ledger"]["compositions"] == 2  # the killed round's vote is not counted twice
+    assert not RunStore(out).stale_temp_files()
+
+
+def test_corrupted_checkpoints_are_detected(tmp_path):
+    """Checksums in state.json cover itself, every round file and the secret noise key."""
+    cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), noise_seed=None))
+    out = tmp_path / "out"
+    run_in_process(cfg, out)
+    files = {
+        p: p.read_bytes()
+        for p in [out / "state.json", out / "rounds" / "round-001.parquet", out / ".noise-key"]
+    }
+
+    def corrupt(path: Path, data: bytes, expected: str) -> None:
+        path.write_bytes(data)
+        with pytest.raises(CheckpointError, match=expected):
+            run_in_process(cfg, out, resume=True)
+        path.write_bytes(files[path])  # restore for the next case
+
+    round1 = out / "rounds" / "round-001.parquet"
+    corrupt(round1, files[round1][:-20] + b"x" * 20, r"rounds/round-001.parquet is missing or corrupted")
+    corrupt(round1, (out / "rounds" / "round-000.parquet").read_bytes(), r"round-001.parquet .*corrupted")
+    state = json.loads(files[out / "state.json"])
+    state["state"]["weights"] = [1.0, 0.0]
+    corrupt(out / "state.json", json.dumps(state).encode(), "checksum mismatch")
+    corrupt(out / "state.json", b'{"state": {}}', "checksum mismatch")
+    corrupt(out / ".noise-key", b"12345", r"\.noise-key is missing or corrupted")
+    corrupt(out / ".noise-key", b"not a number", r"\.noise-key is missing or corrupted")
+    (out / ".noise-key").unlink()
+    with pytest.raises(CheckpointError, match=r"\.noise-key is missing"):
+        run_in_process(cfg, out, resume=True)
+    (out / ".noise-key").write_bytes(files[out / ".noise-key"])
+    run_in_process(cfg, out, resume=True)  # intact again: resumes
+
+
+# --- failing engines -----------------------------------------------------------------------------
+
+
+def test_transient_engine_failure_is_retried_and_dropped_plms_are_recorded(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="wasp_vllm")
+    engines = {
+        "a": FakeEngineForUnitTests("a", fail_calls=[2]),  # fails once, in round 1, then recovers
+        "b": FakeEngineForUnitTests("b"),
+        "c": FakeEngineForUnitTests("c", fail_after=1),  # fails for good from round 1 on
+    }
+    cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), plms=["a", "b", "c"], engine_retries=2))
+    manifest = run_in_process(cfg, tmp_path / "out", engines)
+    table = pq.read_table(tmp_path / "out" / "synthetic.parquet")
+    assert table.num_rows == 36
+    by_round = {t: set() for t in range(3)}
+    for t, plm in zip(table.column("round").to_pylist(), table.column("plm").to_pylist(), strict=True):
+        by_round[t].add(plm)
+    assert by_round == {0: {"a", "b", "c"}, 1: {"a", "b"}, 2: {"a", "b"}}
+    assert "a" not in manifest["plms"]["dropped"]
+    assert engines["c"].calls == 1 + 3  # round 0, then one try and two retries in round 1
+    assert manifest["plms"]["active"] == ["a", "b"]
+    assert list(manifest["plms"]["dropped"]) == ["c"]
+    assert manifest["rounds"][1]["kept"]["a"] + manifest["rounds"][1]["kept"]["b"] == 12  # c's share moved
+    assert manifest["rounds"][2]["quotas"]["c"] == 0
+    assert "engine a failed (MemoryError, try 1 of 3)" in caplog.text
+    assert "PLM c failed repeatedly (MemoryError); continuing without it" in caplog.text
+
+
+def test_a_dropped_plm_keeps_weight_zero(tmp_path):
+    engines = {"a": FakeEngineForUnitTests("a"), "b": FakeEngineForUnitTests("b", fail_after=1)}
+    cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), engine_retries=0))
+    manifest = run_in_process(cfg, tmp_path / "out", engines)
+    assert list(manifest["plms"]["dropped"]) == ["b"]
+    assert [r["weights_after"][1] for r in manifest["rounds"][1:]] == [0.0, 0.0]
+    assert manifest["plms"]["final_weights"] == [1.0, 0.0]
+
+
+# --- the privacy boundary ------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def canaries() -> list[str]:
+    return [f"CANARY{uuid.uuid4().hex}" for _ in range(30)]
+
+
+def _assert_clean(text: str | bytes, canaries: list[str], where: str) -> None:
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    assert "CANARY" not in text, f"a private canary leaked into {where}"
+    assert not any(c in text for c in canaries), where
+
+
+def test_private_text_never_leaves_a_cli_run(tmp_path, canaries, monkeypatch):
+    """Files, stderr, every log record (DEBUG) and every prompt of a full CLI run."""
+    private = write_private(tmp_path / "private.csv", canaries=canaries)
+    engines: dict[str, FakeEngineForUnitTests] = {}
+    monkeypatch.setattr(
+        wasp_vllm.pipeline, "_default_engine_factory",
+        lambda name, cfg: engines.setdefault(name, FakeEngineForUnitTests(name)),
+    )  # fmt: skip
+    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
+    monkeypatch.setattr("wasp_vllm.config.check_models", lambda cfg: None)  # fake PLM names a, b
+    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)  # spares importing torch
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("wasp_vllm").addHandler(handler)
+    try:
+        out = tmp_path / "out"
+        argv = ["generate", "--plms", "a,b", "--private", str(private), "--n", "36", "--rounds", "3",
+                "--q", "2", "--s", "2", "--out", str(out), "--verbose"]  # fmt: skip
+        result = CliRunner().invoke(app, argv)
+    finally:
+        logging.getLogger("wasp_vllm").removeHandler(handler)
+    assert result.exit_code == 0, result.output
+    assert records and any(r.levelno == logging.DEBUG for r in records)
+    _assert_clean(result.output, canaries, "the CLI's output")
+    _assert_clean("\n".join(r.getMessage() for r in records), canaries, "the log")
+    prompts = [p for e in engines.values() for p in e.prompts]
+    assert len(prompts) >= 36
+    _assert_clean("\n".join(prompts), canaries, "a prompt")
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"manifest.json", "synthetic.parquet", "state.json"}
+    for path in files:
+        _assert_clean(path.read_bytes(), canaries, str(path))
+
+
+def test_private_text_never_in_an_error(tmp_path, canaries):
+    """Parser, label and column errors on files whose cells hold the canaries."""
+    task = get_task("drugs")
+    c = canaries
+    cases = {
+        "ragged.csv": f"text,label\n{c[0]} ok,positive\n{c[1]},has,three cells {c[2]}\n",
+        "labels.csv": f"text,label\nfine text,{c[3]}\nother text,positive\n",
+        "quote.csv": f'text,label\n"{c[4]} never closed,positive\n',
+        "broken.jsonl": f'{{"text": "{c[5]}", "label": "positive"}}\n{{"text": "{c[6]}", "label": \n',
+        "array.json": f'[{{"text": "{c[7]}", "label": "positive"}}, "{c[8]}"]',
+        "empty-text.csv": f"text,label\n,positive\n{c[9]},negative\n",
+        "latin1.csv": f"text,label\n{c[10]} caf\xe9,positive\n".encode("latin-1"),
+        "users.csv": f"text,label,user\n{c[11]},positive,\n{c[12]},negative,u1\n",
+    }
+    messages = []
+    for name, content in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        with pytest.raises(DataError) as info:
+            load_private(str(path), task, user_col="user" if name == "users.csv" else None)
+        messages.append(str(info.value))
+        exc = info.value  # the parser's own exception (which may quote a row) is not chained
+        assert exc.__cause__ is None and (exc.__context__ is None or exc.__suppress_context__)
+        extra = ["--user-col", "user"] if name == "users.csv" else []
+        argv = ["generate", "--private", str(path), "--out", str(tmp_path / "o"), *extra]
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2 and "error:" in result.output
+        messages.append(result.output)
+    for text in messages:
+        _assert_clean(text, canaries, "an error message")
+    assert not (tmp_path / "o").exists()
+
+
+def test_ledger_refuses_to_exceed_the_budget():
+    cfg = RunConfig(plms=["a"], rounds=3, q=2, epsilon=1.0, delta=1e-5)
+    plan = privacy_plan(cfg)
+    ledger = PrivacyLedger(cfg.epsilon, cfg.delta)
+    for t in range(2):  # the planned T-1 releases fit, to rounding
+        ledger.record(t, plan.sigma, plan.sensitivity, "add_remove")
+    assert ledger.spent_epsilon() == pytest.approx(1.0, rel=1e-6)
+    with pytest.raises(PrivacyBudgetExceeded, match="over the budget epsilon=1"):
+        ledger.record(2, plan.sigma, plan.sensitivity, "add_remove")
+    assert len(ledger.releases) == 2  # refused before it was appended
+    with pytest.raises(PrivacyBudgetExceeded):
+        PrivacyLedger(1.0, 1e-5).record(0, plan.sigma / 2, plan.sensitivity, "add_remove")
+
+
+def test_run_with_too_little_noise_is_refused_before_anything_is_released(tmp_path, monkeypatch):
+    """Through the CLI: a plan whose sigma would overspend is stopped by the ledger at the first vote."""
+    real = wasp_vllm.pipeline.privacy_plan
+    monkeypatch.setattr(
+        wasp_vllm.pipeline, "privacy_plan", lambda cfg, r=1: dataclasses.replace(real(cfg, r), sigma=0.05)
+    )
+    monkeypatch.setattr(
+        wasp_vllm.pipeline, "_default_engine_factory", lambda name, cfg: FakeEngineForUnitTests(name)
+    )
+    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
+    monkeypatch.setattr("wasp_vllm.config.check_models", lambda cfg: None)
+    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)
+    out = tmp_path / "out"
+    private = write_private(tmp_path / "p.csv")
+    argv = ["generate", "--plms", "a,b", "--private", str(private), "--n", "36", "--rounds", "3",
+            "--q", "2", "--s", "2", "--noise-seed", "1", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("error:")]
+    assert "release for round 0 would spend epsilon=" in line and "over the budget epsilon=4" in line
+    assert not [p for p in out.rglob("*") if p.is_file()]  # no round, state or output was written
+
+
+def test_fingerprint_of_the_private_data(tmp_path):
+    base = write_private(tmp_path / "p.csv")
+    lines = base.read_text().splitlines()
+    shuffled = tmp_path / "shuffled.csv"
+    shuffled.write_text("\n".join([lines[0], *reversed(lines[1:])]) + "\n")
+    edited = tmp_path / "edited.csv"
+    edited.write_text("\n".join([*lines[:5], lines[5].replace("record 4", "record 4!"), *lines[6:]]) + "\n")
+    relabelled = tmp_path / "relabelled.csv"
+    relabelled.write_text(
+        "\n".join([*lines[:2], lines[2].replace(",neutral", ",negative"), *lines[3:]]) + "\n"
+    )
+
+    def manifest(private: Path, out: str) -> str:
+        m = run_in_process(RunConfig(**settings(private)), tmp_path / out)
+        return m["private_data"]["fingerprint_sha256"]
+
+    first, second = manifest(base, "r1"), manifest(base, "r2")
+    assert first == second and len(first) == 64
+    assert manifest(shuffled, "r3") == first  # a multiset of records: the order does not matter
+    assert manifest(edited, "r4") != first
+    assert manifest(relabelled, "r5") != first
