@@ -167,6 +167,10 @@ def generate(
         int | None,
         typer.Option(help="Fix the DP noise seed. Tests only: anyone knowing it can remove the noise."),
     ] = None,
+    sleep_mode: Annotated[
+        bool,
+        typer.Option("--sleep-mode", help="GPU: PLMs that do not fit together take turns (vLLM sleep mode)."),
+    ] = False,
     config: Annotated[
         Path | None, typer.Option(help="A TOML/YAML file of these settings; flags override it.")
     ] = None,
@@ -213,6 +217,7 @@ def generate(
             max_new_tokens=max_new_tokens,
             seed=seed,
             noise_seed=noise_seed,
+            sleep_mode=True if sleep_mode else None,
             contrastive=False if no_contrast else None,
             weighting=False if no_weighting else None,
         )

@@ -65,6 +65,9 @@ class RunConfig(BaseModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     cpu_kv_cache_gib: int = Field(1, ge=1)
     enforce_eager: bool | None = None
+    sleep_mode: bool = Field(
+        False, description="GPU: PLMs take turns (vLLM sleep mode) instead of sharing memory"
+    )
 
     @field_validator("plms")
     @classmethod
@@ -89,7 +92,7 @@ class RunConfig(BaseModel):
     def fingerprint(self) -> str:
         """Hash of the settings that decide the output (resume refuses a different one)."""
         keep = self.model_dump(mode="json")
-        for volatile in ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib"):
+        for volatile in ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib", "sleep_mode"):
             keep.pop(volatile)
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 

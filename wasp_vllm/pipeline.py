@@ -495,6 +495,7 @@ class Run:
             return share, res
 
         concurrent = self.cfg.concurrent if self.cfg.concurrent is not None else _gpu_present()
+        concurrent = concurrent and not self.cfg.sleep_mode  # sleeping engines take turns
         if concurrent and len(shares) > 1:
             with ThreadPoolExecutor(max_workers=len(shares)) as pool:
                 return list(pool.map(work, shares))
@@ -652,12 +653,13 @@ def _default_engine_factory(name: str, cfg: RunConfig) -> Engine:
         "cpu_kv_cache_gib": cfg.cpu_kv_cache_gib,
         "enforce_eager": cfg.enforce_eager,
         "batch_size": cfg.batch_size,
+        "sleep_mode": cfg.sleep_mode,
     }
     if cfg.gpu_memory_utilization is not None:
         options["gpu_memory_utilization"] = cfg.gpu_memory_utilization
     elif _gpu_present():
-        # K engines share one GPU: split its memory between them.
-        options["gpu_memory_utilization"] = round(0.9 / len(cfg.plms), 3)
+        # K engines share one GPU by splitting its memory, or take turns at most of it.
+        options["gpu_memory_utilization"] = 0.85 if cfg.sleep_mode else round(0.9 / len(cfg.plms), 3)
     return make_engine(name, cfg.engine, seed=cfg.seed, **options)
 
 

@@ -47,4 +47,4 @@ def make_engine(spec: str, kind: EngineKind = "auto", *, seed: int = 0, **option
     return HFEngine(plm, **hf_opts)  # type: ignore[arg-type]
 
 
-_VLLM_OPTIONS = ("max_model_len", "gpu_memory_utilization", "cpu_kv_cache_gib", "enforce_eager")
+_VLLM_OPTIONS = ("max_model_len", "gpu_memory_utilization", "cpu_kv_cache_gib", "enforce_eager", "sleep_mode")

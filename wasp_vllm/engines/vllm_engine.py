@@ -47,6 +47,7 @@ class VLLMEngine:
         cpu_kv_cache_gib: int = 2,
         enforce_eager: bool | None = None,
         dtype: str = "bfloat16",
+        sleep_mode: bool = False,
     ) -> None:
         from vllm import LLM
 
@@ -71,9 +72,16 @@ class VLLMEngine:
         )
         if on_gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        # Turn-taking for PLMs that do not fit on the GPU together: each engine sleeps
+        # (weights offloaded, KV cache freed) except while it generates.
+        self.sleep_mode = sleep_mode and on_gpu
+        if self.sleep_mode:
+            kwargs["enable_sleep_mode"] = True
         log.info("starting vLLM engine %s (%s)", self.name, "GPU" if on_gpu else "CPU")
         self._llm = LLM(**kwargs)
         self._tokenizer = self._llm.get_tokenizer()
+        if self.sleep_mode:
+            self._llm.sleep(level=1)
 
     def format_prompt(self, prompt: str) -> str:
         """Chat models get their chat template; base models the raw prompt."""
@@ -99,7 +107,13 @@ class VLLMEngine:
             )
             for seed in seeds
         ]
-        outputs = self._llm.generate([self.format_prompt(p) for p in prompts], sampling, use_tqdm=False)
+        if self.sleep_mode:
+            self._llm.wake_up()
+        try:
+            outputs = self._llm.generate([self.format_prompt(p) for p in prompts], sampling, use_tqdm=False)
+        finally:
+            if self.sleep_mode:
+                self._llm.sleep(level=1)
         return [
             Completion(truncate_at_stop(o.outputs[0].text, params.stop), len(o.outputs[0].token_ids))
             for o in outputs

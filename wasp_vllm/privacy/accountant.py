@@ -340,19 +340,39 @@ def plan_privacy(
     compositions = rounds - 1
     if compositions == 0:
         logger.info("rounds == 1: no voting round, no noise needed, no privacy spent")
-        return PrivacyPlan(epsilon, delta, rounds, q, mode, neighbour, records_per_unit, sensitivity,
-                           0, None, 0.0, 0.0)
+        return PrivacyPlan(
+            epsilon, delta, rounds, q, mode, neighbour, records_per_unit, sensitivity, 0, None, 0.0, 0.0
+        )
     if mode == "exact":
         sigma = calibrate_sigma(epsilon, delta, sensitivity, compositions)
     else:
         sigma = paper_sigma(epsilon, delta, rounds) * records_per_unit
     eps_exact = epsilon_for_sigma(sigma, delta, sensitivity, compositions)
-    eps_paper = paper_epsilon_for_releases([sigma] * compositions, [float(records_per_unit)] * compositions,
-                                           delta)
-    logger.info("privacy plan: mode=%s sigma=%.6g compositions=%d exact eps=%.6g paper eps=%.6g",
-                mode, sigma, compositions, eps_exact, eps_paper)
-    return PrivacyPlan(epsilon, delta, rounds, q, mode, neighbour, records_per_unit, sensitivity,
-                       compositions, sigma, eps_exact, eps_paper)
+    eps_paper = paper_epsilon_for_releases(
+        [sigma] * compositions, [float(records_per_unit)] * compositions, delta
+    )
+    logger.info(
+        "privacy plan: mode=%s sigma=%.6g compositions=%d exact eps=%.6g paper eps=%.6g",
+        mode,
+        sigma,
+        compositions,
+        eps_exact,
+        eps_paper,
+    )
+    return PrivacyPlan(
+        epsilon,
+        delta,
+        rounds,
+        q,
+        mode,
+        neighbour,
+        records_per_unit,
+        sensitivity,
+        compositions,
+        sigma,
+        eps_exact,
+        eps_paper,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,8 +426,9 @@ class PrivacyLedger:
 
     @staticmethod
     def _paper(releases: list[Release], delta: float) -> float:
-        return paper_epsilon_for_releases([r.sigma for r in releases],
-                                          [float(r.records_per_unit) for r in releases], delta)
+        return paper_epsilon_for_releases(
+            [r.sigma for r in releases], [float(r.records_per_unit) for r in releases], delta
+        )
 
     def _spent(self, releases: list[Release]) -> float:
         if self.mode == "exact":
@@ -428,8 +449,9 @@ class PrivacyLedger:
     def remaining_epsilon(self) -> float:
         return max(0.0, self.epsilon - self.spent_epsilon())
 
-    def record(self, round: int, sigma: float, sensitivity: float, neighbour: Neighbour,
-               records_per_unit: int = 1) -> Release:
+    def record(
+        self, round: int, sigma: float, sensitivity: float, neighbour: Neighbour, records_per_unit: int = 1
+    ) -> Release:
         """Append one release; raises :class:`PrivacyBudgetExceeded` *before* appending if it would
         push the spent epsilon (ledger mode) over the budget by more than ``BUDGET_RTOL``."""
         release = Release(
@@ -446,8 +468,13 @@ class PrivacyLedger:
                 f"({self.mode} accountant) over the budget epsilon={self.epsilon:.6g}"
             )
         self.releases.append(release)
-        logger.debug("privacy ledger: round %d recorded, spent epsilon %.6g of %.6g (%s)",
-                    release.round, after, self.epsilon, self.mode)
+        logger.debug(
+            "privacy ledger: round %d recorded, spent epsilon %.6g of %.6g (%s)",
+            release.round,
+            after,
+            self.epsilon,
+            self.mode,
+        )
         return release
 
     # -- reporting and checkpoints ----------------------------------------------------------------
@@ -475,10 +502,18 @@ class PrivacyLedger:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "delta": self.delta, "mode": self.mode,
-                "releases": [asdict(r) for r in self.releases]}
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "mode": self.mode,
+            "releases": [asdict(r) for r in self.releases],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
-        return cls(epsilon=data["epsilon"], delta=data["delta"], mode=data.get("mode", "exact"),
-                   releases=[Release(**r) for r in data.get("releases", [])])
+        return cls(
+            epsilon=data["epsilon"],
+            delta=data["delta"],
+            mode=data.get("mode", "exact"),
+            releases=[Release(**r) for r in data.get("releases", [])],
+        )

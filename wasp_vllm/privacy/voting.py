@@ -76,8 +76,9 @@ class NoisyVotes:
     q: int
 
 
-def add_noise(h_near: np.ndarray, h_far: np.ndarray, sigma: float, rng: np.random.Generator,
-              q: int = 0) -> NoisyVotes:
+def add_noise(
+    h_near: np.ndarray, h_far: np.ndarray, sigma: float, rng: np.random.Generator, q: int = 0
+) -> NoisyVotes:
     """Add i.i.d. ``N(0, sigma^2)`` to every coordinate of both histograms (one sigma for all).
 
     ``rng`` must be a seeded ``numpy.random.Generator`` owned by the caller so runs are
