@@ -545,7 +545,9 @@ class Run:
                 mode=cfg.accountant,
                 tolerance=cfg.tolerance,
             )
-            state["federated"] = {k: v for k, v in report.items() if k != "sigma"}
+            # Party sizes are exact statistics of the private data: they stay out of the manifest.
+            hidden = {"sigma", "records_per_party_max", "records_per_party_min"}
+            state["federated"] = {k: v for k, v in report.items() if k not in hidden}
         else:
             rng = np.random.default_rng(np.random.SeedSequence(key, spawn_key=(t,)))
             votes = noisy_votes(private_emb, ctx.private.labels, synth_emb, synth_labels, q, sigma, rng)
