@@ -180,6 +180,24 @@ def _install_kill_points() -> None:
     store.RunStore.save_state = save_state
 
 
+def _own_peak_rss_kib() -> int:
+    """This process's own peak RSS.
+
+    Linux carries ru_maxrss across execve (it keeps the parent's high-water mark from
+    the fork), so a child of a big pytest process would report the parent's size;
+    VmHWM belongs to the process's own address space.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def main(argv: Sequence[str]) -> int:
     from wasp_vllm.config import RunConfig
     from wasp_vllm.pipeline import Run, prepare
@@ -197,9 +215,7 @@ def main(argv: Sequence[str]) -> int:
     Run(prepare(cfg), out, engine_factory=factory, embedder=HashEmbedderForTests()).execute(resume=resume)
     report = os.environ.get("WASP_TEST_REPORT")
     if report:
-        import resource
-
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        peak_kib = _own_peak_rss_kib()
         wall = time.perf_counter() - start
         Path(report).write_text(json.dumps({"peak_rss_mib": peak_kib / 1024, "wall_s": wall}))
     return 0
