@@ -16,16 +16,10 @@ import pytest
 
 from tests.fakes import WORDS, FakeEngineForUnitTests
 from wasp_vllm.config import ConfigError, RunConfig
-from wasp_vllm.embed import Embedder
 from wasp_vllm.pipeline import PipelineError, Run, prepare
 from wasp_vllm.store import CheckpointError
 
 CANARY = "CANARY-7f3a9e-private"
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return Embedder("auto", device="cpu")
 
 
 @pytest.fixture()

@@ -10,13 +10,7 @@ import pytest
 
 from tests.test_pipeline import WORDS, make_cfg, run
 from wasp_vllm.config import ConfigError
-from wasp_vllm.embed import Embedder
 from wasp_vllm.pipeline import prepare
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return Embedder("auto", device="cpu")
 
 
 @pytest.fixture()
