@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/wasp-vllm generate --plms smollm2,gemma3 --task drugs --n 300 --rounds 5 \
-		--epsilon 4 --delta 1e-5 --q 8 --s 8 --out runs/demo --overwrite
+		--epsilon 4 --delta 1e-5 --q 8 --s 8 --max-new-tokens 64 --out runs/demo --overwrite
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra
