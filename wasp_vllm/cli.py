@@ -453,9 +453,5 @@ def models() -> None:
     Console().print(table)
 
 
-def main() -> None:  # pragma: no cover - console entry point
-    app()
-
-
 if __name__ == "__main__":  # vLLM's CPU workers re-import the entry module
     sys.exit(app())
