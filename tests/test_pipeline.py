@@ -16,6 +16,7 @@ import pytest
 
 from tests.fakes import WORDS, FakeEngineForUnitTests
 from wasp_vllm.config import ConfigError, RunConfig
+from wasp_vllm.engines.base import Completion
 from wasp_vllm.pipeline import PipelineError, Run, prepare
 from wasp_vllm.store import CheckpointError
 
@@ -177,3 +178,17 @@ def test_settings_that_cannot_work_are_refused(private_csv):
         prepare(make_cfg(private_csv, q=31, n=300))
     with pytest.raises(ConfigError, match="s=50"):
         prepare(make_cfg(private_csv, s=50))
+
+
+def test_the_same_text_from_two_plms_is_kept_once(tmp_path, private_csv, embedder):
+    class ConstantEngineForUnitTests(FakeEngineForUnitTests):
+        """Both PLMs answer the same texts (seeded by slot only), as two similar models might."""
+
+        def generate(self, prompts, seeds, params):
+            return [Completion(f"same review number {i % 4} for everyone", 5) for i in range(len(prompts))]
+
+    engines = {n: ConstantEngineForUnitTests(n) for n in ("a", "b")}
+    manifest = run(make_cfg(private_csv, max_attempts=1), tmp_path / "out", embedder, engines=engines)
+    texts = pq.read_table(tmp_path / "out" / "synthetic.parquet").column("text").to_pylist()
+    assert len(texts) == len(set(texts)) == 4
+    assert sum(sum(r["shortfall"].values()) for r in manifest["rounds"]) == 36 - 4

@@ -232,6 +232,21 @@ def generate_share(
     return result
 
 
+def _drop_cross_plm_duplicates(results: dict[str, PLMResult]) -> None:
+    """Two PLMs of one round may write the same text; keep the first (in PLM order), never a copy."""
+    kept: set[str] = set()
+    for res in results.values():
+        unique = []
+        for row in res.rows:
+            key = normalize_text(row["text"])
+            if key in kept:
+                res.shortfall += 1
+                continue
+            kept.add(key)
+            unique.append(row)
+        res.rows = unique
+
+
 def _row(text: str, slot: Slot, plm: str, t: int, share: Share, attempt: int) -> dict[str, Any]:
     return {
         "id": f"r{t}-k{share.k}-p{share.part}-a{attempt}-{slot.index:06d}",
@@ -478,6 +493,7 @@ class Run:
                 raise PipelineError("every PLM failed; see the log for the engine errors")
             extra = self._quotas(lost, np.asarray(state["weights"]), state["active"])
             shares = [Share(k, int(q), part + 1) for k, q in enumerate(extra) if q > 0]
+        _drop_cross_plm_duplicates(results)
         return results
 
     def _run_shares(
