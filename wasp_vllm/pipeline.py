@@ -433,8 +433,9 @@ class Run:
         # Readers reuse stored embeddings only when they come from the same embedder.
         new = new.replace_schema_metadata({"embedder": str(getattr(embedder, "name", "unknown"))})
         if t < cfg.rounds - 1 and uses_private_data(cfg):
-            votes = self._vote(t, [*tables, new], private_emb, state)
-            self._select(votes, [*tables, new], state)
+            synth = pa.concat_tables([*tables, new])  # D so far, shared by voting and selection
+            votes = self._vote(t, synth, private_emb, state)
+            self._select(votes, synth, state)
         digest = self._timed("io", write_parquet, self.store.round_path(t), new)
         state["round_sha256"][self.store.round_path(t).name] = digest
         state["rounds"].append(
@@ -534,13 +535,10 @@ class Run:
             weights = active / active.sum()
         state["weights"] = (weights / weights.sum()).tolist()
 
-    def _vote(
-        self, t: int, tables: list[pa.Table], private_emb: np.ndarray, state: dict[str, Any]
-    ) -> NoisyVotes:
+    def _vote(self, t: int, synth: pa.Table, private_emb: np.ndarray, state: dict[str, Any]) -> NoisyVotes:
         """The only step that touches private data; only the noisy histograms leave it."""
         cfg, ctx = self.cfg, self.ctx
         start = time.perf_counter()
-        synth = pa.concat_tables(tables)
         synth_emb = np.asarray(synth.column("embedding").combine_chunks().flatten(), dtype=np.float32)
         synth_emb = synth_emb.reshape(synth.num_rows, -1)
         synth_labels = np.array([ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
@@ -581,10 +579,10 @@ class Run:
         self.timings["voting"] += time.perf_counter() - start
         return votes
 
-    def _select(self, votes: NoisyVotes, tables: list[pa.Table], state: dict[str, Any]) -> None:
+    def _select(self, votes: NoisyVotes, synth: pa.Table, state: dict[str, Any]) -> None:
         """Post-processing of the noisy votes: next round's pools and PLM weights."""
         cfg, task = self.cfg, self.ctx.task
-        synth = pa.concat_tables(tables).select(["text", "label", "plm"])
+        synth = synth.select(["text", "label", "plm"])
         texts = synth.column("text").to_pylist()
         labels = np.array([task.labels.index(x) for x in synth.column("label").to_pylist()])
         chosen = select_pools(votes.h_near, votes.h_far, labels, cfg.s, len(task.labels))
