@@ -74,9 +74,11 @@ class FakeEngineForUnitTests:
         self.keep_prompts = keep_prompts
         self.calls = 0
         self.prompts: list[str] = []
+        self.params: list[GenerationParams] = []
 
     def generate(self, prompts, seeds, params: GenerationParams) -> list[Completion]:
         self.calls += 1
+        self.params.append(params)
         _maybe_kill("generate")
         if self.keep_prompts:
             self.prompts.extend(prompts)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.fakes import WORDS, FakeEngineForUnitTests
 from wasp_vllm.config import ConfigError, RunConfig
-from wasp_vllm.engines.base import Completion
+from wasp_vllm.engines.base import Completion, GenerationParams
 from wasp_vllm.pipeline import PipelineError, Run, prepare
 from wasp_vllm.store import CheckpointError
 
@@ -81,6 +81,13 @@ def test_run_writes_parquet_and_manifest(tmp_path, private_csv, embedder):
     assert len(manifest["private_data"]["fingerprint_sha256"]) == 64
 
 
+def test_sampling_settings_reach_the_engine(tmp_path, private_csv, embedder):
+    engines: dict = {}
+    run(make_cfg(private_csv, top_k=7, temperature=0.7), tmp_path / "out", embedder, engines)
+    sent = {(p.top_k, p.temperature, p.top_p) for e in engines.values() for p in e.params}
+    assert sent == {(7, 0.7, 1.0)}
+
+
 def test_resume_continues_killed_run(tmp_path, private_csv, embedder):
     cfg = make_cfg(private_csv)
     full = run(cfg, tmp_path / "full", embedder)
@@ -103,6 +110,19 @@ def test_resume_continues_killed_run(tmp_path, private_csv, embedder):
     b = pq.read_table(tmp_path / "killed" / "synthetic.parquet")
     assert a.equals(b)
     assert resumed["output"]["sha256"] == full["output"]["sha256"]  # byte-identical Parquet
+
+
+def test_resume_after_the_last_round_loads_no_model(tmp_path, private_csv, embedder):
+    cfg, out = make_cfg(private_csv), tmp_path / "out"
+    full = run(cfg, out, embedder)
+    (out / "synthetic.parquet").unlink()  # as if killed while writing the final file
+    (out / "manifest.json").unlink()
+
+    def no_engine(name: str, _cfg: RunConfig):
+        raise AssertionError(f"engine {name} opened although every round is done")
+
+    resumed = Run(prepare(cfg), out, engine_factory=no_engine, embedder=embedder).execute(resume=True)
+    assert resumed["output"]["sha256"] == full["output"]["sha256"]
 
 
 def test_refuses_existing_run_and_detects_corruption(tmp_path, private_csv, embedder):
@@ -205,3 +225,25 @@ def test_rows_carry_the_run_s_plm_name_whatever_the_engine_calls_itself(tmp_path
     plms = set(pq.read_table(tmp_path / "out" / "synthetic.parquet").column("plm").to_pylist())
     assert plms == {"a", "b"}
     assert len(manifest["plms"]["final_weights"]) == 2
+
+
+@pytest.mark.parametrize(("example_sets", "most_distinct"), [(2, 2), (0, 20)])
+def test_wasp_prompts_share_a_few_example_draws(private_csv, example_sets, most_distinct):
+    from wasp_vllm.pipeline import Pools, RoundInputs, Share, make_slots
+
+    cfg = make_cfg(private_csv, s=4, example_sets=example_sets)
+    pool = [f"review number {i} " + " ".join(WORDS[i : i + 5]) for i in range(12)]
+    pools = Pools(good={"positive": pool[:6]}, bad={"positive": pool[6:]})
+    rin = RoundInputs(cfg, prepare(cfg).task, pools, t=1, seen=frozenset(), params=GenerationParams())
+    slots = make_slots(rin, Share(k=0, quota=20), ["positive"] * 20, attempt=0)
+    draws = {slot.examples for slot in slots}
+    assert all(slot.kind == "contrastive" for slot in slots)
+    # with sharing: exactly ``example_sets`` draws; without: (almost surely) one per prompt
+    assert len(draws) == most_distinct if example_sets else len(draws) >= most_distinct - 2
+    # a shared draw is a shared prompt prefix (what vLLM's prefix cache reuses)
+    by_draw = {}
+    for slot in slots:
+        by_draw.setdefault(slot.examples, []).append(slot.prompt)
+    for prompts in by_draw.values():
+        head = min(len(p) for p in prompts) // 2
+        assert len({p[:head] for p in prompts}) == 1

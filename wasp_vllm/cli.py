@@ -160,6 +160,9 @@ def generate(
     max_new_tokens: Annotated[
         int | None, typer.Option(help="Token cap per sample (default: the task's).")
     ] = None,
+    top_k: Annotated[
+        int | None, typer.Option(help="Sample each token from the k likeliest (default 50; 0 = off).")
+    ] = None,
     seed: Annotated[
         int | None, typer.Option(help="Seed for prompts and sampling (not for the DP noise).")
     ] = None,
@@ -215,6 +218,7 @@ def generate(
             engine=engine,
             embedder=embedder,
             max_new_tokens=max_new_tokens,
+            top_k=top_k,
             seed=seed,
             noise_seed=noise_seed,
             sleep_mode=True if sleep_mode else None,

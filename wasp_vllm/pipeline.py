@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -156,22 +156,37 @@ class Share:
 def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: int) -> list[Slot]:
     cfg, task, pools = rin.cfg, rin.task, rin.pools
     rng = np.random.default_rng([cfg.seed, rin.t, share.k, share.part, attempt, 17])
+    # WASP prompts of one label reuse a few example draws: the examples come first in the
+    # prompt, so vLLM's prefix cache prefills each draw once (measured: most of a contrastive
+    # round's time is prefill).  Aug-PE / Pre-Text vary one sample each and keep fresh draws.
+    shared_sets = cfg.example_sets if cfg.strategy == "wasp" else 0
+    drawn: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
+    per_label: Counter[str] = Counter()
     slots = []
     for i, label in enumerate(labels):
         attribute = pick_attribute(task, label, rng)
         good_pool, bad_pool = pools.good.get(label, []), pools.bad.get(label, [])
         if rin.t == 0 or not good_pool or cfg.strategy == "fusegen":
             kind, good, bad = "zero_shot", [], []
-        elif cfg.contrastive and cfg.strategy == "wasp":
-            kind = "contrastive"
-            good, bad = draw_contrastive_examples(good_pool, bad_pool, cfg.s, rng)
         else:
-            kind, bad = "few_shot", []
-            n_good = 1 if cfg.strategy in ("aug-pe", "pre-text") else cfg.s
-            good = list(rng.choice(good_pool, size=min(n_good, len(good_pool)), replace=False))
+            kind = "contrastive" if cfg.contrastive and cfg.strategy == "wasp" else "few_shot"
+            key = (label, per_label[label] % shared_sets if shared_sets else per_label[label])
+            per_label[label] += 1
+            if key not in drawn:
+                drawn[key] = _draw_examples(cfg, kind, good_pool, bad_pool, rng)
+            good, bad = drawn[key]
         prompt = build_prompt(task, kind, label, attribute, good=good, bad=bad)
         slots.append(Slot(i, label, attribute, kind, prompt, tuple(good) + tuple(bad)))
     return slots
+
+
+def _draw_examples(
+    cfg: RunConfig, kind: str, good_pool: list[str], bad_pool: list[str], rng: np.random.Generator
+) -> tuple[list[str], list[str]]:
+    if kind == "contrastive":
+        return draw_contrastive_examples(good_pool, bad_pool, cfg.s, rng)
+    n_good = 1 if cfg.strategy in ("aug-pe", "pre-text") else cfg.s
+    return list(rng.choice(good_pool, size=min(n_good, len(good_pool)), replace=False)), []
 
 
 # --- one PLM's share of a round -------------------------------------------------------------------
@@ -401,6 +416,8 @@ class Run:
         state = self._load_or_init(resume)
         self.timings.update(state["timings"])
         tables = [self.store.read_round(t) for t in range(state["completed_rounds"])]
+        if state["completed_rounds"] == self.cfg.rounds:
+            return self._finish(state)  # killed while writing the final file: no model is needed
         try:
             self._open_engines(state)
             embedder = self._embedder()
@@ -471,6 +488,7 @@ class Run:
             max_new_tokens=cfg.max_new_tokens or task.max_new_tokens,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
+            top_k=cfg.top_k,
             stop=tuple(task.stop),
         )
 

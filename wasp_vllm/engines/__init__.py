@@ -30,7 +30,8 @@ def make_engine(spec: str, kind: EngineKind = "auto", *, seed: int = 0, **option
             raise ModelError(f"the openai engine needs an endpoint: pass {model}@http://host:8000/v1")
         from wasp_vllm.engines.openai_engine import OpenAIEngine
 
-        return OpenAIEngine(model, url, name=model)
+        preset = PRESETS.get(model)  # a served preset keeps its chat template
+        return OpenAIEngine(model, url, name=model, chat=bool(preset and preset.chat))
     plm: ResolvedPLM = resolve_plm(model)
     from wasp_vllm.engines.vllm_engine import vllm_supports
 

@@ -16,7 +16,8 @@ class GenerationParams:
     # keep a stop string from ending the sample before it starts.
     min_new_tokens: int = 4
     temperature: float = 1.0
-    top_p: float = 0.95
+    top_p: float = 1.0
+    top_k: int = 50  # 0 = off
     stop: tuple[str, ...] = field(default_factory=tuple)
 
 

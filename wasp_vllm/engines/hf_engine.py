@@ -70,6 +70,7 @@ class HFEngine:
                 do_sample=True,
                 temperature=params.temperature,
                 top_p=params.top_p,
+                top_k=params.top_k,  # 0 = off, as in transformers
                 max_new_tokens=params.max_new_tokens,
                 min_new_tokens=params.min_new_tokens,
                 stop_strings=list(params.stop) or None,

@@ -101,6 +101,7 @@ class VLLMEngine:
             SamplingParams(
                 temperature=params.temperature,
                 top_p=params.top_p,
+                top_k=params.top_k or -1,  # vLLM spells 'off' as -1
                 max_tokens=params.max_new_tokens,
                 min_tokens=params.min_new_tokens,
                 seed=int(seed),  # identical prompts need different seeds to differ

@@ -475,9 +475,10 @@ def draw_contrastive_examples(
 ) -> tuple[list[str], list[str]]:
     """Draw S-⌊S/2⌋ good and ⌊S/2⌋ bad examples, each without replacement.
 
-    Called afresh for every prompt so that prompts of one label differ (WASP
-    draws from the selected pools at random each time).  A pool smaller than
-    its share gives all of its items, in random order.
+    Each draw is a random subset of the selected pools, so prompts built from
+    different draws differ (the pipeline shares each draw among a few prompts,
+    see ``RunConfig.example_sets``).  A pool smaller than its share gives all
+    of its items, in random order.
     """
     if s < 0:
         raise TaskError(f"number of in-context examples S must be >= 0, got {s}")

