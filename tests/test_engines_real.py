@@ -89,10 +89,13 @@ def test_pipeline_on_vllm_two_packaged_plms(tmp_path):
     _check_run(out, manifest, {"smollm2", "gemma3"}, 40)
 
 
-def test_pipeline_on_hf_two_packaged_plms(tmp_path):
+def test_federated_pipeline_on_hf_two_packaged_plms(tmp_path):
     out = tmp_path / "hf"
-    manifest = _run_generate(out, "hf", "smollm2,gemma3", 24)
+    manifest = _run_generate(out, "hf", "smollm2,gemma3", 24, "--parties", "3", "--dirichlet", "1.0")
     _check_run(out, manifest, {"smollm2", "gemma3"}, 24)
+    federated = manifest["privacy"]["federated"]  # the guarantee against the server, beside the ledger
+    assert federated["parties"] == 3 and federated["key_agreement"] in {"x25519", "ffdh-modp14-rfc3526"}
+    assert federated["noise_per_party_std"] > 0 and "records_per_party_max" not in federated
 
 
 def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path):
