@@ -68,8 +68,8 @@ def test_base_model_gets_completions_with_seed_and_sampling(endpoint):
     engine = OpenAIEngine("gemma3", endpoint.url)
     out = engine.generate(['Write a review: "', "Another"], [7, 8], PARAMS)
     assert [c.text for c in out] == ["sample for seed 7", "sample for seed 8"]  # cut at the stop
-    route, body = endpoint.requests[0]
-    assert route == "/v1/completions" and body["prompt"].endswith('"')
+    route, body = next(r for r in endpoint.requests if r[1]["seed"] == 7)  # requests run concurrently
+    assert route == "/v1/completions" and body["prompt"] == 'Write a review: "'
     assert (body["top_k"], body["min_tokens"], body["max_tokens"], body["stop"]) == (50, 4, 32, ['"'])
 
 
