@@ -415,9 +415,9 @@ class Run:
         self.store.prepare(resume=resume, overwrite=overwrite)
         state = self._load_or_init(resume)
         self.timings.update(state["timings"])
-        tables = [self.store.read_round(t) for t in range(state["completed_rounds"])]
         if state["completed_rounds"] == self.cfg.rounds:
             return self._finish(state)  # killed while writing the final file: no model is needed
+        tables = [self.store.read_round(t) for t in range(state["completed_rounds"])]
         try:
             self._open_engines(state)
             embedder = self._embedder()

@@ -51,6 +51,13 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
+def split_answer_prefill(prompt: str) -> tuple[str, str]:
+    """A task prompt's trailing opening quote, split off to start the assistant's answer."""
+    if prompt.endswith('"'):
+        return prompt[:-1].rstrip(), '"'
+    return prompt, ""
+
+
 def chat_prompt(tokenizer: object, prompt: str) -> str:
     """Wrap a task prompt for a chat model.
 
@@ -58,9 +65,7 @@ def chat_prompt(tokenizer: object, prompt: str) -> str:
     the sample itself. A chat model would answer the quote conversationally, so the
     quote moves into the start of the assistant's turn instead (a prefill).
     """
-    prefill = ""
-    if prompt.endswith('"'):
-        prompt, prefill = prompt[:-1].rstrip(), '"'
+    prompt, prefill = split_answer_prefill(prompt)
     messages = [{"role": "user", "content": prompt}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)  # type: ignore[attr-defined]
     return text + prefill

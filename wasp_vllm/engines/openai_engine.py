@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from wasp_vllm.engines.base import Completion, GenerationParams, truncate_at_stop
+from wasp_vllm.engines.base import Completion, GenerationParams, split_answer_prefill, truncate_at_stop
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +64,12 @@ class OpenAIEngine:
         }
         if not self.chat:
             return "/completions", body | {"prompt": prompt}
-        messages = [{"role": "user", "content": prompt}]
-        if prompt.endswith('"'):  # the quote opens the answer, as chat_prompt does in-process
-            messages = [
-                {"role": "user", "content": prompt[:-1].rstrip()},
-                {"role": "assistant", "content": '"'},
-            ]
-        extra = {"add_generation_prompt": False, "continue_final_message": True}
-        return "/chat/completions", body | {"messages": messages} | (extra if len(messages) > 1 else {})
+        question, prefill = split_answer_prefill(prompt)  # as chat_prompt does in-process
+        messages = [{"role": "user", "content": question}]
+        if prefill:
+            messages.append({"role": "assistant", "content": prefill})
+            body |= {"add_generation_prompt": False, "continue_final_message": True}
+        return "/chat/completions", body | {"messages": messages}
 
     def _request(self, prompt: str, seed: int, params: GenerationParams) -> Completion:
         route, body = self._body(prompt, seed, params)
