@@ -7,7 +7,7 @@ export WASP_VLLM_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast lint bench bench-quality bench-hotpate clean
+.PHONY: demo test test-fast lint mutation bench bench-quality bench-hotpate clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,9 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check wasp_vllm tests benchmarks
 	$(BIN)/ruff format --check wasp_vllm
+
+mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; CI runs the curated list)
+	$(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py

@@ -70,7 +70,7 @@ def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, emb
         seed=rep, private_limit=100, private_seed=rep, embedder=embedder,
     )  # fmt: skip
     tokens = sum(manifest["tokens"].values())
-    return {"setting": name, "rep": rep, "gen_s": gen_s, "tokens": tokens, "fid": ev["fid"]}
+    return {"setting": name, "rep": rep, "gen_s": gen_s, "tokens": tokens, "fid": ev["operator_only"]["fid"]}
 
 
 def render(payload: dict) -> str:

@@ -12,6 +12,7 @@ process SIGKILL itself at the n-th (1-based) occurrence of a stage:
 * ``generate``: inside the n-th call of any engine's ``generate``
 * ``vote``: inside the n-th voting round (before the noisy histograms exist)
 * ``write_round``: half-way through writing the n-th round's Parquet file (a partial temp file)
+* ``write_votes``: half-way through writing the n-th voting round's noisy votes
 * ``save_state``: after the n-th round file is in place, before its state is saved
 * ``write_final``: half-way through writing the final synthetic.parquet
 
@@ -164,7 +165,9 @@ def _install_kill_points() -> None:
 
     def write_table(table, where, *args, **kwargs):
         name = Path(where).name  # a temp name: .round-001.parquet.XXXX or .synthetic.parquet.XXXX
-        if _due("write_round" if name.startswith(".round-") else "write_final"):
+        stages = {".round-": "write_round", ".votes-": "write_votes"}
+        stage = next((v for k, v in stages.items() if name.startswith(k)), "write_final")
+        if _due(stage):
             real_write(table, where, *args, **kwargs)
             data = Path(where).read_bytes()
             Path(where).write_bytes(data[: len(data) // 2])  # half a file on disk, then die

@@ -181,8 +181,17 @@ def test_paper_formula_and_inverse():
 
 @pytest.mark.parametrize(
     "args",
-    [(0.0, 1e-5, 1.0, 1), (-1.0, 1e-5, 1.0, 1), (1.0, 0.0, 1.0, 1), (1.0, 1.0, 1.0, 1), (1.0, 1e-5, 0.0, 1),
-     (1.0, 1e-5, 1.0, 0), (math.nan, 1e-5, 1.0, 1), (math.inf, 1e-5, 1.0, 1), (1.0, 1e-5, 1.0, 1.5)],
+    [
+        (0.0, 1e-5, 1.0, 1),
+        (-1.0, 1e-5, 1.0, 1),
+        (1.0, 0.0, 1.0, 1),
+        (1.0, 1.0, 1.0, 1),
+        (1.0, 1e-5, 0.0, 1),
+        (1.0, 1e-5, 1.0, 0),
+        (math.nan, 1e-5, 1.0, 1),
+        (math.inf, 1e-5, 1.0, 1),
+        (1.0, 1e-5, 1.0, 1.5),
+    ],
 )
 def test_calibration_validation(args):
     with pytest.raises(ValueError):
@@ -252,15 +261,31 @@ def test_ledger_exact_composition_of_unequal_sigmas():
     assert ledger.spent_epsilon_paper() == pytest.approx(expected, rel=1e-12)
 
 
-def test_ledger_paper_mode_matches_paper_formula():
+def test_ledger_paper_mode_holds_both_the_paper_claim_and_the_exact_guarantee():
     sigma = paper_sigma(2.0, 1e-5, 4)
     ledger = PrivacyLedger(epsilon=2.0, delta=1e-5, mode="paper")
     for rnd in range(3):
         ledger.record(rnd, sigma, wasp_sensitivity(8), "add_remove")
-    assert ledger.spent_epsilon() == pytest.approx(2.0, rel=1e-12)
-    assert ledger.spent_epsilon_exact() < 2.0
-    with pytest.raises(PrivacyBudgetExceeded):
+    assert ledger.spent_epsilon_paper() == pytest.approx(2.0, rel=1e-12)
+    assert ledger.spent_epsilon() == ledger.spent_epsilon_exact() < 2.0  # the guarantee is the exact one
+    with pytest.raises(PrivacyBudgetExceeded):  # the paper's own claim is over the budget
         ledger.record(3, sigma, wasp_sensitivity(8), "add_remove")
+
+
+@pytest.mark.parametrize(("epsilon", "neighbour"), [(80.0, "replace"), (200.0, "add_remove")])
+def test_paper_formula_that_under_noises_is_refused(epsilon, neighbour):
+    """The classic bound is proven for epsilon < 1 only; at large epsilon it under-noises (above
+    about 70 under replace, 150 under add/remove), and the exact accountant, which checks every
+    run, refuses it (in the plan and in the ledger)."""
+    sigma = paper_sigma(epsilon, 1e-5, 5)
+    sens = wasp_sensitivity(8, neighbour)
+    assert epsilon_for_sigma(sigma, 1e-5, sens, 4) > epsilon  # it really under-noises
+    with pytest.raises(PrivacyBudgetExceeded, match="under-noises"):
+        plan_privacy(epsilon, 1e-5, 5, 8, mode="paper", neighbour=neighbour)
+    ledger = PrivacyLedger(epsilon=epsilon, delta=1e-5, mode="paper")
+    with pytest.raises(PrivacyBudgetExceeded, match="exact accountant"):
+        for rnd in range(4):
+            ledger.record(rnd, sigma, sens, neighbour)
 
 
 def test_ledger_round_trip_and_report():
@@ -282,8 +307,13 @@ def test_ledger_round_trip_and_report():
 
 
 @pytest.mark.parametrize(
-    "args", [(-1, 1.0, 1.0, "add_remove"), (0, 0.0, 1.0, "add_remove"), (0, 1.0, -1.0, "add_remove"),
-             (0, 1.0, 1.0, "other")],
+    "args",
+    [
+        (-1, 1.0, 1.0, "add_remove"),
+        (0, 0.0, 1.0, "add_remove"),
+        (0, 1.0, -1.0, "add_remove"),
+        (0, 1.0, 1.0, "other"),
+    ],
 )
 def test_ledger_record_validation(args):
     ledger = PrivacyLedger(epsilon=1.0, delta=1e-5)

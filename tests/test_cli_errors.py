@@ -151,7 +151,7 @@ def _bad_input_cases(tmp: Path) -> list[tuple[str, dict, str]]:
             "1 of 31 records have a label in column 'label' that is not a label of task 'drugs'",
         ),
         ("unknown-task", {"task": "no-such-task"}, "no-such-task"),
-        ("m-below-q", {"m": "5", "q": "8", "n": "300", "s": "2"}, "5 records, fewer than q=8"),
+        ("m-below-q", {"m": "5", "q": "8", "n": "300", "s": "2"}, "fewer records than q=8"),
         ("s-larger-than-pools", {"s": "50"}, "s=50 is larger than any pool"),
         ("epsilon-zero", {"epsilon": "0"}, "epsilon: Input should be greater than 0"),
         ("epsilon-negative", {"epsilon": "-1"}, "epsilon: Input should be greater than 0"),
@@ -272,13 +272,13 @@ def test_overwrite_replaces_the_run(env, monkeypatch):
 def test_corrupted_checkpoint_is_refused_on_resume(env):
     tmp, base, out = env
     _finished_run(tmp, base, out)
-    state = json.loads((out / "state.json").read_text())
+    state = json.loads((out / "private" / "state.json").read_text())
     state["state"]["weights"] = [0.9, 0.1]  # edited without updating its checksum
-    (out / "state.json").write_text(json.dumps(state))
+    (out / "private" / "state.json").write_text(json.dumps(state))
     assert_refused(
         invoke(base, "--resume", **_same_settings()), "state.json is corrupted (checksum mismatch)"
     )
-    (out / "state.json").write_text("{not json")
+    (out / "private" / "state.json").write_text("{not json")
     assert_refused(invoke(base, "--resume", **_same_settings()), "state.json is corrupted (not a valid")
 
 
@@ -286,8 +286,10 @@ def _same_settings() -> dict[str, str]:
     return {"noise_seed": "1"}
 
 
-def test_label_without_private_records_runs_with_a_warning(env, monkeypatch):
-    """Decision: allowed. Its samples get noise-only votes; the CLI warns and names the label."""
+def test_label_without_private_records_runs_and_says_so_only_at_debug(env, monkeypatch):
+    """Decision: allowed. Its samples get noise-only votes.  Whether a label has private records
+    is a fact about the private data, so the default output says nothing; -v says it, marked
+    as private."""
     tmp, base, out = env
     two_labels = write_csv(tmp / "two.csv", _records(30, ["positive", "negative"]))
     engines: dict[str, FakeEngineForUnitTests] = {}
@@ -301,8 +303,11 @@ def test_label_without_private_records_runs_with_a_warning(env, monkeypatch):
     result = invoke(base, private=str(two_labels), noise_seed="1")
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
-    assert "WARNING" in result.output
-    assert "1 of 3 labels of task 'drugs' have no records (neutral)" in " ".join(result.output.split())
+    assert "no records" not in result.output and "neutral" not in result.output
+    verbose = invoke(base, "--verbose", "--overwrite", private=str(two_labels), noise_seed="1")
+    assert verbose.exit_code == 0, verbose.output
+    flat = " ".join(verbose.output.split())
+    assert "[private" in flat and "labels with no records: neutral" in flat
     table = pq.read_table(out / "synthetic.parquet")
     assert table.num_rows == 36
     assert set(table.column("label").to_pylist()) == set(LABELS)  # the label is still generated

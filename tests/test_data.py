@@ -1,4 +1,4 @@
-"""Data loading: formats, privacy-safe errors, the built-in drugs set, limits, fingerprints, partitions."""
+"""Data loading: formats, privacy-safe errors, the built-in drugs set, limits, fingerprints, parties."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ import pytest
 from wasp_vllm.data import (
     DataError,
     PrivateSet,
-    dirichlet_partition,
+    draw_records,
     load_private,
     load_test,
     read_table,
-    stratified_indices,
+    with_parties,
 )
+from wasp_vllm.privacy import PRIVATE_MARK
 from wasp_vllm.tasks import get_task
 
 CANARY = "CANARY-7f3a9-private-cell"
@@ -193,12 +194,16 @@ def test_missing_user_ids_counted(tmp_path, imdb):
         load_private(str(path), imdb, user_col="user")
 
 
-def test_label_without_records_is_logged_as_a_count(tmp_path, imdb, caplog):
+def test_label_without_records_is_a_private_debug_line(tmp_path, imdb, caplog):
+    """Whether a label has records is a fact about the private data: DEBUG only, marked private."""
     path = _write(tmp_path / "d.csv", [{"text": CANARY, "label": "positive"}], "csv")
-    with caplog.at_level(logging.WARNING, logger="wasp_vllm.data"):
+    with caplog.at_level(logging.INFO, logger="wasp_vllm.data"):
         data = load_private(str(path), imdb)
-    assert len(data) == 1
-    assert "1 of 2 labels" in caplog.text
+    assert len(data) == 1 and caplog.text == ""  # nothing at the default level
+    with caplog.at_level(logging.DEBUG, logger="wasp_vllm.data"):
+        load_private(str(path), imdb)
+    (line,) = [r.getMessage() for r in caplog.records if "no records" in r.getMessage()]
+    assert line.startswith(PRIVATE_MARK) and "negative" in line
     assert CANARY not in caplog.text
 
 
@@ -255,33 +260,35 @@ def _toy(n: int = 60, seed: int = 0) -> PrivateSet:
     )
 
 
-def test_stratified_limit_is_proportional_seeded_and_covers_labels():
-    labels = np.array([0] * 385 + [1] * 54 + [2] * 161)
-    idx = stratified_indices(labels, 100, seed=0)
-    assert len(idx) == 100 and len(set(idx.tolist())) == 100
-    assert np.bincount(labels[idx]).tolist() == [64, 9, 27]
-    assert np.array_equal(idx, stratified_indices(labels, 100, seed=0))
-    assert not np.array_equal(idx, stratified_indices(labels, 100, seed=1))
-    rare = np.array([0] * 98 + [1, 2])
-    assert np.bincount(labels[stratified_indices(labels, 3, 0)], minlength=3).min() == 1
-    assert np.bincount(rare[stratified_indices(rare, 5, 0)], minlength=3).tolist() == [3, 1, 1]
-
-
 def test_limit_through_loader(tmp_path, imdb):
     records = [{"text": f"t{i}", "label": "positive" if i % 4 else "negative"} for i in range(40)]
     path = _write(tmp_path / "d.jsonl", records, "jsonl")
     data = load_private(str(path), imdb, limit=10, seed=5)
-    assert len(data) == 10 and data.label_counts().tolist() == [8, 2]
+    assert len(data) == 10 and len(set(data.texts)) == 10
+    assert load_private(str(path), imdb, limit=10, seed=5).texts == data.texts  # seeded
+    assert load_private(str(path), imdb, limit=10, seed=6).texts != data.texts
     assert len(load_private(str(path), imdb, limit=1000)) == 40
     with pytest.raises(DataError, match="limit"):
         load_private(str(path), imdb, limit=0)
 
 
-def test_fingerprint_order_independent_and_sensitive():
+def test_cap_through_loader_keeps_at_most_k_per_user(tmp_path, imdb):
+    records = [{"text": f"t{i}", "label": "positive", "user": f"u{i % 3}"} for i in range(30)]
+    path = _write(tmp_path / "d.jsonl", records, "jsonl")
+    data = load_private(str(path), imdb, user_col="user", cap=4, seed=0)
+    assert np.unique(data.users, return_counts=True)[1].tolist() == [4, 4, 4]
+    with pytest.raises(DataError, match="user ids"):
+        draw_records(load_private(str(path), imdb), None, 0, cap=2)
+
+
+def test_fingerprint_is_keyed_order_independent_and_sensitive():
     data = _toy()
+    key, other = b"k" * 32, b"o" * 32
     order = np.random.default_rng(1).permutation(len(data))
-    assert data.subset(order).fingerprint() == data.fingerprint()
-    assert len(data.fingerprint()) == 64
+    assert data.subset(order).fingerprint(key) == data.fingerprint(key)
+    assert data.fingerprint(key).startswith("hmac-sha256:") and data.fingerprint(other) != data.fingerprint(
+        key
+    )
     changed_text = data.subset(np.arange(len(data)))
     changed_text.texts[5] = changed_text.texts[5] + "!"
     changed_label = data.subset(np.arange(len(data)))
@@ -289,14 +296,24 @@ def test_fingerprint_order_independent_and_sensitive():
     changed_attr = data.subset(np.arange(len(data)))
     changed_attr.attributes[5] = "other"
     fewer = data.subset(np.arange(len(data) - 1))
-    prints = {
-        data.fingerprint(),
-        changed_text.fingerprint(),
-        changed_label.fingerprint(),
-        changed_attr.fingerprint(),
-        fewer.fingerprint(),
-    }
+    prints = {d.fingerprint(key) for d in (data, changed_text, changed_label, changed_attr, fewer)}
     assert len(prints) == 5
+
+
+def test_fingerprint_defaults_to_the_owner_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("WASP_VLLM_HOME", str(tmp_path / "home"))
+    data = _toy()
+    first = data.fingerprint()
+    assert first == data.fingerprint()  # the owner key is made once and read back
+    key_file = tmp_path / "home" / "owner.key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert first == data.fingerprint(bytes.fromhex(key_file.read_text()))
+
+
+def test_parties_are_carried_by_subsets():
+    data = with_parties(_toy(), 4, alpha=1.0, seed=0)
+    assert data.parties is not None and set(data.parties.tolist()) <= set(range(4))
+    assert data.subset([2, 0]).parties.tolist() == data.parties[[2, 0]].tolist()
 
 
 def test_subset_keeps_all_fields():
@@ -309,41 +326,3 @@ def test_subset_keeps_all_fields():
         data.subset([len(data)])
     with pytest.raises(DataError):
         PrivateSet(texts=["a"], labels=np.array([0, 1]), label_names=["x", "y"])
-
-
-# ----- Dirichlet partition ----------------------------------------------------------------------
-
-
-def _skew(labels: np.ndarray, parties: np.ndarray, n_parties: int) -> float:
-    """Mean total-variation distance between each party's label mix and the global one."""
-    overall = np.bincount(labels, minlength=labels.max() + 1) / len(labels)
-    tv = []
-    for p in range(n_parties):
-        mix = np.bincount(labels[parties == p], minlength=len(overall)) / (parties == p).sum()
-        tv.append(0.5 * np.abs(mix - overall).sum())
-    return float(np.mean(tv))
-
-
-def test_dirichlet_partition_properties():
-    labels = np.random.default_rng(0).integers(0, 4, size=400)
-    parties = dirichlet_partition(labels, 10, alpha=0.5, seed=0)
-    assert parties.shape == labels.shape and parties.dtype.kind == "i"
-    assert set(parties.tolist()) == set(range(10))
-    assert np.array_equal(parties, dirichlet_partition(labels, 10, alpha=0.5, seed=0))
-    assert not np.array_equal(parties, dirichlet_partition(labels, 10, alpha=0.5, seed=1))
-    skew_small = np.mean([_skew(labels, dirichlet_partition(labels, 10, 0.1, s), 10) for s in range(5)])
-    skew_large = np.mean([_skew(labels, dirichlet_partition(labels, 10, 100.0, s), 10) for s in range(5)])
-    assert skew_small > 2 * skew_large
-
-
-def test_dirichlet_partition_edge_cases():
-    labels = np.array([0, 0, 1, 1, 2])
-    every = dirichlet_partition(labels, 5, alpha=0.01, seed=0)
-    assert sorted(every.tolist()) == [0, 1, 2, 3, 4]
-    assert set(dirichlet_partition(labels, 1, alpha=1.0, seed=0).tolist()) == {0}
-    with pytest.raises(DataError, match="6 parties"):
-        dirichlet_partition(labels, 6, alpha=1.0, seed=0)
-    with pytest.raises(DataError, match="alpha"):
-        dirichlet_partition(labels, 2, alpha=0.0, seed=0)
-    with pytest.raises(DataError, match="n_parties"):
-        dirichlet_partition(labels, 0, alpha=1.0, seed=0)

@@ -105,7 +105,7 @@ def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path):
     args = generate_args(killed, "hf", "smollm2", 24)
     proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 900
-    while not (killed / "rounds" / "round-000.parquet").exists() and time.time() < deadline:
+    while not (killed / "private" / "rounds" / "round-000.parquet").exists() and time.time() < deadline:
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGKILL)  # mid-run: round 0 done, round 1 generating
     proc.wait()

@@ -380,16 +380,19 @@ def test_evaluate_synthetic_end_to_end(imdb_files):
     assert result["label_balance"] == {"positive": 30, "negative": 30}
     assert result["per_round_counts"] == {"0": 20, "1": 20, "2": 20}
     assert result["accuracy"] > 0.95
-    assert result["fid"] is not None and result["fid"] >= 0
-    assert sorted(result["fid_per_round"]) == [0, 1, 2]
-    assert result["fid_per_round"][2] == pytest.approx(result["fid"])
+    operator = result["operator_only"]  # FID against raw private records: never published
+    assert "NEVER to be published" in operator["note"]
+    assert operator["fid"] is not None and operator["fid"] >= 0
+    assert sorted(operator["fid_per_round"]) == [0, 1, 2]
+    assert operator["fid_per_round"][2] == pytest.approx(operator["fid"])
+    assert not {"fid", "n_private"} & set(result)  # nothing about the private set outside that section
 
 
 def test_evaluate_synthetic_re_embeds_when_stored_dimension_differs(imdb_files):
     table = {t: np.concatenate([v, v]) for t, v in imdb_files["embedder"].table.items()}  # 16-d
     enc = LookupEmbedderDouble(table)
     result = evaluate_synthetic(imdb_files["synthetic"], imdb_files["test"], "imdb", embedder=enc)
-    assert result["reused_stored_embeddings"] is False and result["fid"] is None
+    assert result["reused_stored_embeddings"] is False and "operator_only" not in result
     assert enc.calls == 2  # synthetic and test sets
     assert result["accuracy"] > 0.95
 

@@ -25,7 +25,6 @@ from wasp_vllm.privacy.federated import (
     federated_guarantee,
     federated_noisy_votes,
     mask_stream,
-    max_records_per_user,
     pair_seed,
     party_noise_std,
     secure_sum,
@@ -316,15 +315,12 @@ def test_guarantee_for_manifest() -> None:
     assert "server only" in federated_guarantee(4.0, 8, "paper")["guarantee"]
 
 
-def test_max_records_per_user() -> None:
-    users = np.repeat(np.arange(150), 8)[:-3]
-    assert max_records_per_user(users) == 8
-    assert max_records_per_user(np.array(["a", "b", "a"])) == 2
-    with pytest.raises(ValueError):
-        max_records_per_user(np.array([], dtype=int))
-
-
 # ------------------------------------------------------------------------------------ end to end
+
+
+def seeded(seed: int):
+    """Per-party noise generators for tests (a real run derives them from its secret key)."""
+    return lambda party: np.random.default_rng([seed, party])
 
 
 def _toy_data(seed: int = 0, n_private: int = 40, n_synth: int = 300, dim: int = 8, n_labels: int = 3):
@@ -337,7 +333,7 @@ def _toy_data(seed: int = 0, n_private: int = 40, n_synth: int = 300, dim: int =
 def test_federated_votes_equal_sum_of_local_clean_histograms() -> None:
     priv, plab, synth, slab = _toy_data()
     parties = np.arange(len(priv)) % 5 * 10  # ids 0, 10, ..., 40
-    votes, report = federated_noisy_votes(priv, plab, parties, synth, slab, q=4, sigma=0.0, rng_seed=1)
+    votes, report = federated_noisy_votes(priv, plab, parties, synth, slab, q=4, sigma=0.0, noise=seeded(1))
     near_sum, far_sum = np.zeros(len(synth)), np.zeros(len(synth))
     for pid in np.unique(parties):
         n, f = voting.clean_histograms(priv[parties == pid], plab[parties == pid], synth, slab, 4)
@@ -349,7 +345,7 @@ def test_federated_votes_equal_sum_of_local_clean_histograms() -> None:
     central_near, _ = voting.clean_histograms(priv, plab, synth, slab, 4)
     np.testing.assert_allclose(votes.h_near, central_near, atol=tol + 1e-9, rtol=0)  # votes are additive
     assert isinstance(votes, voting.NoisyVotes) and votes.q == 4
-    assert report["parties"] == 5 and report["records_per_party_max"] == 8
+    assert report["parties"] == 5 and not any("records" in key for key in report)  # no party sizes
     assert report["ring"] == "Z/2^64" and report["scale"] == 2.0**24
 
 
@@ -362,7 +358,7 @@ def test_federated_noise_has_the_right_variance(mode, tolerance) -> None:
     residuals = []
     for seed in range(4):
         votes, _ = federated_noisy_votes(
-            priv, plab, parties, synth, slab, 4, sigma, seed, mode=mode, tolerance=tolerance
+            priv, plab, parties, synth, slab, 4, sigma, seeded(seed), mode=mode, tolerance=tolerance
         )
         assert votes.sigma == sigma
         residuals.append(np.concatenate([votes.h_near, votes.h_far]) - clean)
@@ -375,15 +371,26 @@ def test_federated_noise_has_the_right_variance(mode, tolerance) -> None:
 def test_federated_votes_are_reproducible_and_validated() -> None:
     priv, plab, synth, slab = _toy_data(n_synth=50)
     parties = np.arange(len(priv)) % 3
-    a, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, rng_seed=9)
-    b, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, rng_seed=9)
-    c, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, rng_seed=10)
+    a, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, seeded(9))
+    b, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, seeded(9))
+    c, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, seeded(10))
     np.testing.assert_array_equal(a.h_near, b.h_near)  # fresh keys each call; masks cancel exactly
     assert not np.allclose(a.h_near, c.h_near)
     with pytest.raises(ValueError, match="at least 2 parties"):
-        federated_noisy_votes(priv, plab, np.zeros(len(priv), int), synth, slab, 4, 2.0, 0)
+        federated_noisy_votes(priv, plab, np.zeros(len(priv), int), synth, slab, 4, 2.0, seeded(0))
     with pytest.raises(ValueError, match="one party id per"):
-        federated_noisy_votes(priv, plab, parties[:-1], synth, slab, 4, 2.0, 0)
+        federated_noisy_votes(priv, plab, parties[:-1], synth, slab, 4, 2.0, seeded(0))
+
+
+def test_every_party_of_the_roster_adds_noise_even_without_records() -> None:
+    """How many noise shares reach the sum must not depend on which parties hold records."""
+    priv, plab, synth, slab = _toy_data(n_synth=300)
+    parties = np.zeros(len(priv), dtype=np.int64)  # every record at party 0 of 4
+    clean = np.concatenate(voting.clean_histograms(priv, plab, synth, slab, 4))
+    votes, report = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, seeded(3), n_parties=4)
+    residual = np.concatenate([votes.h_near, votes.h_far]) - clean
+    assert report["parties"] == 4
+    assert abs(residual.std() / 2.0 - 1) < 0.1
 
 
 def test_falls_back_to_pure_python_dh_without_cryptography(monkeypatch) -> None:

@@ -348,3 +348,45 @@ def _check_kv_cache_reuse(torch, lm) -> None:
         ens.reset()  # back to the prompts: the next record starts from the same teachers
         ens.append(appended[0])
         assert np.allclose(ens.next_distributions(), cached[1], atol=1e-6)
+
+
+def test_the_noise_comes_from_its_own_stream_not_the_public_randomness():
+    """Same public randomness (coordination, fallback), other noise stream: other tokens."""
+    probs = np.full((8, 16), 1 / 16)
+    agg = HomogeneousAggregator(sigma=3.0, threshold=0.0)  # every release returns its noisy argmax
+
+    def tokens(noise_seed: int) -> list[int]:
+        sel = PrivateTokenSelector(
+            agg, rng=np.random.default_rng(0), noise_rng=np.random.default_rng(noise_seed)
+        )
+        return [sel.select(probs, probs[0], []).token for _ in range(20)]
+
+    assert tokens(1) == tokens(1)
+    assert tokens(1) != tokens(2)
+
+
+def test_the_cli_draws_hot_pate_noise_from_a_secret_key(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import wasp_vllm.hotpate.generate as hotpate
+    from wasp_vllm.cli import app
+
+    seen = []
+
+    def spy(*args, noise_rng, **kwargs):
+        seen.append(noise_rng.bit_generator.seed_seq.entropy)
+        return hotpate.pa.Table.from_pylist([], schema=hotpate.SCHEMA), {"records_written": 0}
+
+    monkeypatch.setattr(hotpate, "run_hotpate", spy)
+    private = tmp_path / "p.csv"
+    private.write_text(
+        "text,label\n" + "".join(f"review {i},{['positive', 'negative'][i % 2]}\n" for i in range(20))
+    )
+    for out in ("a", "b"):
+        argv = ["hotpate", "--private", str(private), "--seed", "0", "--out", str(tmp_path / out)]
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 0, result.output
+        key = tmp_path / out / "private" / "noise.key"
+        assert key.stat().st_mode & 0o777 == 0o600
+        assert key.read_text() not in (tmp_path / out / "manifest.json").read_text()
+    assert seen[0] != seen[1] and min(seen) >= 2**192  # same public seed, different secret noise

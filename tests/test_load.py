@@ -58,7 +58,7 @@ def test_hundred_thousand_samples_in_bounded_memory(tmp_path):
     texts = pq.read_table(out / "synthetic.parquet", columns=["text"]).column("text").to_pylist()
     assert len(set(texts)) == N  # no copies, no padding
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["private_data"]["records"] == M
+    assert manifest["private_data"]["requested_m"] is None  # every one of the M records votes
     assert manifest["privacy"]["ledger"]["compositions"] == T - 1
     assert sum(sum(r["shortfall"].values()) for r in manifest["rounds"]) == 0
     # Bounded: about 2.2 KiB per sample over a ~160 MiB base here; 1 GiB leaves room for other

@@ -33,7 +33,7 @@ class StandInEndpoint:
                     self.send_response(503)
                     self.end_headers()
                     return
-                text = f"sample for seed {body['seed']}\" and the rest"
+                text = f'sample for seed {body["seed"]}" and the rest'
                 choice = {"message": {"content": text}} if "messages" in body else {"text": text}
                 payload = json.dumps({"choices": [choice], "usage": {"completion_tokens": 5}}).encode()
                 self.send_response(200)

@@ -77,8 +77,8 @@ def test_run_writes_parquet_and_manifest(tmp_path, private_csv, embedder):
     assert {r["round"] for r in manifest["rounds"]} == {0, 1, 2}
     assert all(sum(r["quotas"].values()) == 12 for r in manifest["rounds"])
     assert abs(sum(manifest["plms"]["final_weights"]) - 1) < 1e-9
-    assert manifest["private_data"]["records"] == 30
-    assert len(manifest["private_data"]["fingerprint_sha256"]) == 64
+    # published: the requested M and the source, never a count or a hash of the records
+    assert manifest["private_data"] == {"requested_m": None, "source": str(private_csv)}
 
 
 def test_sampling_settings_reach_the_engine(tmp_path, private_csv, embedder):
@@ -131,7 +131,7 @@ def test_refuses_existing_run_and_detects_corruption(tmp_path, private_csv, embe
     run(cfg, out, embedder)
     with pytest.raises(CheckpointError, match="already holds a run"):
         run(cfg, out, embedder)
-    round_file = out / "rounds" / "round-000.parquet"
+    round_file = out / "private" / "rounds" / "round-000.parquet"
     round_file.write_bytes(round_file.read_bytes()[:-10] + b"corrupted!")
     with pytest.raises(CheckpointError, match="corrupted"):
         run(cfg, out, embedder, resume=True)
@@ -194,7 +194,7 @@ def test_private_text_never_leaves(tmp_path, private_csv, embedder, caplog):
 def test_settings_that_cannot_work_are_refused(private_csv):
     with pytest.raises(ConfigError, match="too small"):
         prepare(make_cfg(private_csv, n=5))
-    with pytest.raises(ConfigError, match="fewer than q"):
+    with pytest.raises(ConfigError, match="fewer records than q"):
         prepare(make_cfg(private_csv, q=31, n=300))
     with pytest.raises(ConfigError, match="s=50"):
         prepare(make_cfg(private_csv, s=50))

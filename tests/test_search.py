@@ -34,8 +34,15 @@ def random_case(rng, m, n, d, n_labels, offset=0.0, dtype=np.float32):
 
 @pytest.mark.parametrize(
     ("m", "n", "d", "n_labels", "q"),
-    [(1, 1, 1, 1, 1), (7, 50, 3, 2, 4), (30, 200, 16, 3, 8), (25, 120, 32, 5, 30),
-     (40, 400, 8, 1, 8), (12, 9, 5, 4, 3), (20, 600, 64, 2, 2)],
+    [
+        (1, 1, 1, 1, 1),
+        (7, 50, 3, 2, 4),
+        (30, 200, 16, 3, 8),
+        (25, 120, 32, 5, 30),
+        (40, 400, 8, 1, 8),
+        (12, 9, 5, 4, 3),
+        (20, 600, 64, 2, 2),
+    ],
 )
 def test_matches_brute_force(m, n, d, n_labels, q):
     rng = np.random.default_rng(m * 1000 + n)
@@ -101,16 +108,19 @@ def test_padding_and_empty_labels():
 
 
 def test_empty_inputs():
-    near, far = topq_near_far(np.zeros((0, 4), np.float32), np.zeros(0, int), np.ones((6, 4), np.float32),
-                              np.zeros(6, int), 3)
+    near, far = topq_near_far(
+        np.zeros((0, 4), np.float32), np.zeros(0, int), np.ones((6, 4), np.float32), np.zeros(6, int), 3
+    )
     assert near.shape == far.shape == (0, 3)
-    near, far = topq_near_far(np.ones((2, 4), np.float32), np.zeros(2, int), np.zeros((0, 4), np.float32),
-                              np.zeros(0, int), 3)
+    near, far = topq_near_far(
+        np.ones((2, 4), np.float32), np.zeros(2, int), np.zeros((0, 4), np.float32), np.zeros(0, int), 3
+    )
     assert (near == -1).all() and (far == -1).all() and near.shape == (2, 3)
 
 
 def test_candidate_path_is_used_on_separated_data(monkeypatch):
     """On generic data the FAISS candidates must certify; the brute-force fallback stays unused."""
+
     def boom(*args, **kwargs):
         raise AssertionError("fallback used")
 

@@ -82,12 +82,14 @@ def test_pool_properties(seed, n, n_labels, s):
 
 @pytest.mark.parametrize(
     ("args", "match"),
-    [((np.zeros(3), np.zeros(3), np.array([0, 1, 2]), 1, 2), r"\[0, 2\)"),
-     ((np.zeros(3), np.zeros(2), np.zeros(3, int), 1, 1), "length"),
-     ((np.array([0, np.nan, 0]), np.zeros(3), np.zeros(3, int), 1, 1), "NaN"),
-     ((np.zeros(3), np.zeros(3), np.zeros(3), 1, 1), "integer"),
-     ((np.zeros(3), np.zeros(3), np.zeros(3, int), -1, 1), "s must"),
-     ((np.zeros(3), np.zeros(3), np.zeros(3, int), 1, 0), "n_labels")],
+    [
+        ((np.zeros(3), np.zeros(3), np.array([0, 1, 2]), 1, 2), r"\[0, 2\)"),
+        ((np.zeros(3), np.zeros(2), np.zeros(3, int), 1, 1), "length"),
+        ((np.array([0, np.nan, 0]), np.zeros(3), np.zeros(3, int), 1, 1), "NaN"),
+        ((np.zeros(3), np.zeros(3), np.zeros(3), 1, 1), "integer"),
+        ((np.zeros(3), np.zeros(3), np.zeros(3, int), -1, 1), "s must"),
+        ((np.zeros(3), np.zeros(3), np.zeros(3, int), 1, 0), "n_labels"),
+    ],
 )
 def test_pool_validation(args, match):
     with pytest.raises(ValueError, match=match):
@@ -177,8 +179,12 @@ def test_floor_uses_water_filling():
 
 
 @QUICK
-@given(seed=st.integers(0, 2**32 - 1), total=st.integers(0, 10_000), k=st.integers(1, 8),
-       floor=st.integers(0, 50))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    total=st.integers(0, 10_000),
+    k=st.integers(1, 8),
+    floor=st.integers(0, 50),
+)
 def test_quota_properties(seed, total, k, floor):
     rng = np.random.default_rng(seed)
     w = rng.dirichlet(np.ones(k) * 0.5)
@@ -193,8 +199,17 @@ def test_quota_properties(seed, total, k, floor):
         assert np.all(np.abs(out - total * w / w.sum()) < 1.0)
 
 
-@pytest.mark.parametrize("args", [(-1, np.ones(2)), (5, np.array([])), (5, np.array([-1.0, 2.0])),
-                                  (5, np.zeros(2)), (5, np.array([np.nan, 1.0])), (5.5, np.ones(2))])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (-1, np.ones(2)),
+        (5, np.array([])),
+        (5, np.array([-1.0, 2.0])),
+        (5, np.zeros(2)),
+        (5, np.array([np.nan, 1.0])),
+        (5.5, np.ones(2)),
+    ],
+)
 def test_quota_validation(args):
     with pytest.raises(ValueError):
         allocate_quotas(*args)

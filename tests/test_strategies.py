@@ -82,8 +82,37 @@ def test_pre_text_is_federated_top1(tmp_path, private_csv, embedder):
         make_cfg(private_csv, strategy="pre-text")
 
 
-def test_user_level_privacy_scales_sensitivity(tmp_path, private_csv):
+def test_user_level_privacy_uses_the_public_cap(tmp_path, private_csv):
     record = prepare(make_cfg(private_csv, user_col="user")).plan
-    user = prepare(make_cfg(private_csv, user_col="user", privacy_unit="user")).plan
-    assert user.sensitivity == pytest.approx(4 * record.sensitivity)  # 40 records over 10 users
-    assert user.sigma > record.sigma
+    ctx = prepare(make_cfg(private_csv, user_col="user", privacy_unit="user", max_records_per_user=3))
+    assert ctx.plan.sensitivity == pytest.approx(3 * record.sensitivity)  # the cap, not the data's 4
+    assert ctx.plan.sigma > record.sigma
+    assert np.unique(ctx.private.users, return_counts=True)[1].max() == 3  # 4 per user, 3 kept
+    with pytest.raises(ValueError, match="max_records_per_user"):
+        make_cfg(private_csv, user_col="user", privacy_unit="user")
+
+
+def test_removing_a_heavy_user_moves_the_real_votes_by_at_most_the_sensitivity(tmp_path):
+    """What the cap is for: the accountant's sensitivity must bound the real vote vector's move."""
+    from tests.fakes import HashEmbedderForTests
+    from wasp_vllm.privacy.voting import clean_histograms
+
+    rng = np.random.default_rng(4)
+    rows = [f"record {i} {' '.join(rng.choice(WORDS, size=8))},{['positive', 'negative'][i % 2]},"
+            f"{'heavy' if i < 12 else f'u{i}'}" for i in range(40)]  # fmt: skip
+    full, without = tmp_path / "full.csv", tmp_path / "without.csv"
+    full.write_text("text,label,user\n" + "\n".join(rows) + "\n")
+    without.write_text("text,label,user\n" + "\n".join(r for r in rows if not r.endswith(",heavy")) + "\n")
+    embedder = HashEmbedderForTests()
+    synth = [f"synthetic {' '.join(rng.choice(WORDS, size=6))}" for _ in range(60)]
+    synth_emb, synth_labels = embedder.encode(synth), np.arange(60) % 2
+
+    def votes(path):
+        ctx = prepare(
+            make_cfg(path, user_col="user", privacy_unit="user", max_records_per_user=2, q=4, n=300)
+        )
+        emb = embedder.encode(ctx.private.texts)
+        return np.concatenate(clean_histograms(emb, ctx.private.labels, synth_emb, synth_labels, 4)), ctx.plan
+
+    (a, plan), (b, _) = votes(full), votes(without)
+    assert 0 < np.linalg.norm(a - b) <= plan.sensitivity * (1 + 1e-12)

@@ -64,8 +64,13 @@ def _vector(p, pl, s, sl, q):
 
 
 @settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), q=st.integers(1, 6), n_labels=st.integers(1, 3),
-       n=st.integers(1, 40), m=st.integers(1, 10))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    q=st.integers(1, 6),
+    n_labels=st.integers(1, 3),
+    n=st.integers(1, 40),
+    m=st.integers(1, 10),
+)
 def test_add_remove_replace_within_sensitivity(seed, q, n_labels, n, m):
     rng = np.random.default_rng(seed)
     p, s = rng.normal(size=(m, 3)), rng.normal(size=(n, 3))

@@ -31,6 +31,12 @@ log = logging.getLogger("wasp_vllm")
 
 def _setup_logging(verbose: bool) -> None:
     level = logging.DEBUG if verbose else logging.INFO
+    if verbose:
+        console.print(
+            "[bold yellow]warning:[/] -v prints statistics of the private data (lines marked "
+            "[private]); keep this output to yourself",
+            highlight=False,
+        )
     logging.basicConfig(
         level=level,
         format="%(message)s",
@@ -108,7 +114,11 @@ def generate(
     ] = None,
     private_limit: Annotated[
         int | None,
-        typer.Option("--m", help="Use a label-stratified sample of M private records (default 100)."),
+        typer.Option(
+            "--m",
+            help="Use M records of the private file (default 100): the M of smallest keyed hash, so one "
+            "record more or less in the file swaps at most one of them (the accountant assumes that).",
+        ),
     ] = None,
     n: Annotated[
         int | None, typer.Option("--n", help="Total number of synthetic samples (default 300).")
@@ -135,7 +145,15 @@ def generate(
         str | None, typer.Option(help="'add_remove' (default) or 'replace' neighbouring.")
     ] = None,
     privacy_unit: Annotated[
-        str | None, typer.Option(help="'record' (default) or 'user' (needs --user-col).")
+        str | None,
+        typer.Option(help="'record' (default) or 'user' (needs --user-col and --max-records-per-user)."),
+    ] = None,
+    max_records_per_user: Annotated[
+        int | None,
+        typer.Option(
+            help="User-level DP: a public cap k; each user keeps at most k records and one user "
+            "counts as k records in the sensitivity."
+        ),
     ] = None,
     strategy: Annotated[
         str | None, typer.Option(help="'wasp' (default), 'aug-pe', 'fusegen' or 'pre-text' (federated).")
@@ -211,6 +229,7 @@ def generate(
             accountant=accountant,
             neighbour=neighbour,
             privacy_unit=privacy_unit,
+            max_records_per_user=max_records_per_user,
             strategy=strategy,
             parties=parties,
             dirichlet=dirichlet,
@@ -254,10 +273,11 @@ def _progress() -> Iterator[Progress]:
 def _log_plan(ctx: Any) -> None:
     plan = ctx.plan
     sigma = f"{plan.sigma:.3f}" if plan.sigma is not None else "none (no voting rounds)"
+    m = ctx.cfg.private_limit
     log.info(
-        "%s: %d private records, %d PLMs, N=%d over T=%d rounds; (eps=%g, delta=%g) -> sigma=%s [%s, %s]",
+        "%s: %s private records, %d PLMs, N=%d over T=%d rounds; (eps=%g, delta=%g) -> sigma=%s [%s, %s]",
         ctx.cfg.strategy,
-        len(ctx.private),
+        f"M={m}" if m is not None else "all",
         len(ctx.cfg.plms),
         ctx.cfg.n,
         ctx.cfg.rounds,
@@ -367,6 +387,7 @@ def hotpate(
     with _friendly_errors():
         from wasp_vllm.data import load_private
         from wasp_vllm.hotpate.generate import run_hotpate
+        from wasp_vllm.privacy.sampling import voting_neighbour
         from wasp_vllm.store import RunStore, write_json, write_parquet
         from wasp_vllm.tasks import get_task
 
@@ -374,6 +395,7 @@ def hotpate(
         data = load_private(private, spec, text_col, label_col, limit=private_limit, seed=seed)
         store = RunStore(out)
         store.prepare(resume=False, overwrite=overwrite)
+        secret = store.secret(None, create=True)  # the noise comes from a secret key, never --seed
         table, report = run_hotpate(
             data.texts,
             [spec.labels[i] for i in data.labels],
@@ -386,15 +408,15 @@ def hotpate(
             delta=delta,
             seed=seed,
             ensemble=ensemble,  # type: ignore[arg-type]
+            # An --m draw swaps at most one record, which may touch two teachers.
+            neighbour=voting_neighbour("add_remove", selected=private_limit is not None).value,
+            noise_rng=secret.generator("hotpate"),
         )
         write_parquet(out / "synthetic.parquet", table)
+        # Published: settings and functions of the releases only (no count or hash of the records).
         write_json(
             out / "manifest.json",
-            {
-                "method": "hotpate",
-                "privacy": report,
-                "private_data": {"fingerprint_sha256": data.fingerprint(), "records": len(data)},
-            },
+            {"method": "hotpate", "privacy": report, "private_data": {"requested_m": private_limit}},
         )
         console.print(f"wrote {table.num_rows} records to {out}")
 

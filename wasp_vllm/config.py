@@ -42,7 +42,12 @@ class RunConfig(BaseModel):
     min_plm_share: int = Field(0, ge=0, description="floor on each PLM's per-round quota")
     # private data
     private: str = "drugs"
-    private_limit: int | None = Field(100, ge=1, description="records drawn from the private set (M)")
+    private_limit: int | None = Field(
+        100,
+        ge=1,
+        description="records drawn from the private file (M): the M of smallest keyed hash, so one "
+        "record more or less in the file swaps at most one drawn record (None: use every record)",
+    )
     text_col: str = "text"
     label_col: str = "label"
     attribute_col: str | None = None
@@ -53,6 +58,12 @@ class RunConfig(BaseModel):
     accountant: Literal["exact", "paper"] = "exact"
     neighbour: Literal["add_remove", "replace"] = "add_remove"
     privacy_unit: Literal["record", "user"] = "record"
+    max_records_per_user: int | None = Field(
+        None,
+        ge=1,
+        description="user-level DP: a public cap k; each user (or party, without a user column) keeps "
+        "at most k records and the sensitivity is k times a record's",
+    )
     parties: int | None = Field(None, ge=2, description="federated: number of data parties")
     dirichlet: float = Field(1.0, gt=0)
     tolerance: int = Field(0, ge=0, description="federated: colluding or dropped parties tolerated")
@@ -96,13 +107,30 @@ class RunConfig(BaseModel):
             raise ValueError("the pre-text strategy is federated: set parties")
         if self.n < self.rounds:
             raise ValueError(f"n={self.n} is smaller than rounds={self.rounds}")
+        if self.privacy_unit == "user" and self.max_records_per_user is None:
+            raise ValueError(
+                "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "
+                "not the data's own maximum, which would itself be private"
+            )
         return self
 
     def fingerprint(self) -> str:
-        """Hash of the settings that decide the output (resume refuses a different one)."""
+        """Hash of the settings that decide the output (resume refuses a different one).
+
+        The noise seed stays out: a hash over it would let anyone brute-force a small one (the
+        noise key is checked on resume by its own keyed check value).
+        """
         keep = self.model_dump(mode="json")
-        for volatile in ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib", "sleep_mode"):
-            keep.pop(volatile)
+        volatile = (
+            "engine_retries",
+            "concurrent",
+            "batch_size",
+            "cpu_kv_cache_gib",
+            "sleep_mode",
+            "noise_seed",
+        )
+        for name in volatile:
+            keep.pop(name)
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 

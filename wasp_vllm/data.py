@@ -9,7 +9,6 @@ same reason :class:`PrivateSet` has a repr that shows counts only.
 
 from __future__ import annotations
 
-import hashlib
 import html
 import importlib.metadata
 import importlib.util
@@ -27,6 +26,9 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from wasp_vllm.privacy import debug_private
+from wasp_vllm.privacy.sampling import assign_parties, bound_contributions, select_top_m
+from wasp_vllm.privacy.secrets import keyed_fingerprint, owner_key, record_bytes
 from wasp_vllm.tasks.spec import TaskSpec, normalize_label_key
 
 logger = logging.getLogger(__name__)
@@ -125,7 +127,7 @@ def read_table(path: str | Path) -> pa.Table:
         raise DataError(f"{path}: could not be parsed as {fmt}{_row_hint(str(exc))}") from None
     except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: could not be parsed as {fmt}{_row_hint(str(exc))}") from None
-    logger.debug("read %s: %d rows, %d columns", path, table.num_rows, table.num_columns)
+    debug_private(logger, "read %s: %d rows, %d columns", path, table.num_rows, table.num_columns)
     return table
 
 
@@ -196,6 +198,7 @@ class PrivateSet:
     label_names: list[str]
     attributes: list[str | None] | None = None
     users: np.ndarray | None = None
+    parties: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.labels = np.asarray(self.labels, dtype=np.int64).reshape(-1)
@@ -210,6 +213,10 @@ class PrivateSet:
             self.users = np.asarray(self.users).reshape(-1)
             if self.users.shape[0] != n:
                 raise DataError(f"PrivateSet: {n} texts but {self.users.shape[0]} user ids")
+        if self.parties is not None:
+            self.parties = np.asarray(self.parties, dtype=np.int64).reshape(-1)
+            if self.parties.shape[0] != n:
+                raise DataError(f"PrivateSet: {n} texts but {self.parties.shape[0]} party ids")
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -237,29 +244,31 @@ class PrivateSet:
             label_names=list(self.label_names),
             attributes=None if self.attributes is None else [self.attributes[i] for i in idx],
             users=None if self.users is None else self.users[idx],
+            parties=None if self.parties is None else self.parties[idx],
         )
 
-    def _record_digest(self, i: int) -> bytes:
-        record = [
-            self.texts[i],
-            self.label_names[int(self.labels[i])],
-            None if self.attributes is None else self.attributes[i],
-            None if self.users is None else str(self.users[i]),
+    def records(self) -> list[bytes]:
+        """Each record (text, label, attribute, user) as canonical bytes, for keyed hashes."""
+        return [
+            record_bytes(
+                [
+                    self.texts[i],
+                    self.label_names[int(self.labels[i])],
+                    None if self.attributes is None else self.attributes[i],
+                    None if self.users is None else self.users[i],
+                ]
+            )
+            for i in range(len(self))
         ]
-        return hashlib.sha256(json.dumps(record, ensure_ascii=False).encode("utf-8")).digest()
 
-    def fingerprint(self) -> str:
-        """SHA-256 (hex) of the multiset of records, independent of their order.
+    def fingerprint(self, key: bytes | None = None) -> str:
+        """Keyed fingerprint (HMAC-SHA256) of the multiset of records, independent of their order.
 
-        Lets a run manifest show that two runs used the same data without
-        storing the data: each record is hashed alone, the digests are sorted,
-        and the sorted list (with the label names) is hashed again.
+        The key defaults to the owner's secret (:func:`~wasp_vllm.privacy.secrets.owner_key`):
+        the owner can compare two runs' fingerprints, nobody else can test a guess of the data.
+        It belongs in the operator's files only, never in a published one.
         """
-        outer = hashlib.sha256()
-        outer.update(json.dumps(self.label_names, ensure_ascii=False).encode("utf-8"))
-        for digest in sorted(self._record_digest(i) for i in range(len(self))):
-            outer.update(digest)
-        return outer.hexdigest()
+        return keyed_fingerprint(self.records(), self.label_names, owner_key() if key is None else key)
 
 
 # ----- building a PrivateSet from a table ------------------------------------------------------
@@ -358,10 +367,7 @@ def table_to_set(
     )
     empty = [name for name, count in zip(task.labels, data.label_counts(), strict=True) if count == 0]
     if empty:  # allowed: such a label is still generated, but nothing real votes for its samples
-        logger.warning(
-            "%s: %d of %d labels of task '%s' have no records (%s)",
-            source, len(empty), len(task.labels), task.name, ", ".join(empty),
-        )  # fmt: skip
+        debug_private(logger, "%s: labels with no records: %s", source, ", ".join(empty))
     return data
 
 
@@ -372,42 +378,34 @@ def _source_table(source: str, split: str) -> tuple[pa.Table, dict[str, str] | N
     return read_table(source), None
 
 
-# ----- stratified limit --------------------------------------------------------------------------
+# ----- which records take part ------------------------------------------------------------------
 
 
-def _stratified_quotas(counts: np.ndarray, limit: int) -> np.ndarray:
-    """Per-label sample sizes summing to ``limit``, proportional to ``counts`` (largest remainder).
+def draw_records(data: PrivateSet, m: int | None, seed: int, cap: int | None = None) -> PrivateSet:
+    """The records that vote: at most ``cap`` per unit, then the ``m`` of smallest keyed hash.
 
-    Every label that has records keeps at least one when ``limit`` allows, so
-    that each label still has private records to vote with.
+    Units are the users when ``data`` has them, else the parties (see
+    :mod:`wasp_vllm.privacy.sampling` for why each rule looks at one record or unit alone).
     """
-    exact = counts * limit / counts.sum()
-    quotas = np.floor(exact).astype(np.int64)
-    # Largest remainder; only labels with a positive remainder can be picked,
-    # so a label without records never gets a quota.
-    order = np.argsort(-(exact - quotas), kind="stable")
-    quotas[order[: limit - int(quotas.sum())]] += 1
-    present = counts > 0
-    if limit >= int(present.sum()):
-        # Pigeonhole: while a present label has 0, another one has >= 2 to give.
-        for label in np.flatnonzero(present & (quotas == 0)):
-            quotas[int(np.argmax(quotas))] -= 1
-            quotas[label] += 1
-    return quotas
+    if cap is not None:
+        units = data.users if data.users is not None else data.parties
+        if units is None:
+            raise DataError("a cap on records per user needs user ids (--user-col) or parties (--parties)")
+        data = data.subset(bound_contributions(data.records(), units.tolist(), cap, seed))
+    if m is not None:
+        if m <= 0:
+            raise DataError(f"limit must be a positive number of records, got {m}")
+        data = data.subset(select_top_m(data.records(), m, seed))
+    return data
 
 
-def stratified_indices(labels: np.ndarray, limit: int, seed: int) -> np.ndarray:
-    """Sorted indices of a seeded, label-stratified sample of ``limit`` records."""
-    labels = np.asarray(labels, dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    counts = np.bincount(labels)
-    quotas = _stratified_quotas(counts, limit)
-    chosen = [
-        rng.choice(np.flatnonzero(labels == c), size=int(q), replace=False)
-        for c, q in enumerate(quotas)
-        if q > 0
-    ]
-    return np.sort(np.concatenate(chosen)) if chosen else np.empty(0, dtype=np.int64)
+def with_parties(data: PrivateSet, n_parties: int, alpha: float, seed: int) -> PrivateSet:
+    """``data`` with a federated party id per record (from its label and its own keyed hash)."""
+    try:
+        parties = assign_parties(data.records(), data.labels, len(data.label_names), n_parties, alpha, seed)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    return PrivateSet(data.texts, data.labels, data.label_names, data.attributes, data.users, parties)
 
 
 # ----- public loaders ----------------------------------------------------------------------------
@@ -422,13 +420,15 @@ def load_private(
     user_col: str | None = None,
     limit: int | None = None,
     seed: int = 0,
+    cap: int | None = None,
 ) -> PrivateSet:
     """Load the private set from a file, or the built-in 'drugs' set (train split).
 
     For 'drugs' the columns are fixed (review -> text, rating -> label,
     condition -> attribute) and the column arguments are ignored.  ``limit``
-    keeps a seeded, label-stratified sample of that many records, so that the
-    small-M setting of the paper (e.g. M=100) can be reproduced from a larger file.
+    keeps the ``limit`` records of smallest keyed hash (seeded), so that the
+    small-M setting of the paper (e.g. M=100) can be reproduced from a larger
+    file; ``cap`` first keeps at most that many records per user.
     """
     table, builtin = _source_table(source, "train")
     if builtin is not None:
@@ -439,14 +439,10 @@ def load_private(
             None,
         )
     data = table_to_set(table, task, str(source), text_col, label_col, attribute_col, user_col)
-    if limit is not None:
-        if limit <= 0:
-            raise DataError(f"limit must be a positive number of records, got {limit}")
-        if limit < len(data):
-            data = data.subset(stratified_indices(data.labels, limit, seed))
-        else:
-            logger.info("%s: limit %d >= %d records; keeping all", source, limit, len(data))
-    logger.info("private set from %s: %d records over %d labels", source, len(data), len(task.labels))
+    data = draw_records(data, limit, seed, cap)
+    debug_private(
+        logger, "private set from %s: %d records over %d labels", source, len(data), len(task.labels)
+    )
     return data
 
 
@@ -465,56 +461,3 @@ def load_test(
     data = table_to_set(table, task, str(source), text_col, label_col, attribute_col)
     logger.info("test set from %s: %d records", source, len(data))
     return data
-
-
-# ----- federated partition -----------------------------------------------------------------------
-
-
-def _dirichlet_draw(labels: np.ndarray, n_parties: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
-    parties = np.empty(labels.shape[0], dtype=np.int64)
-    for c in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        shares = rng.dirichlet(np.full(n_parties, alpha))
-        cuts = (np.cumsum(shares)[:-1] * idx.size).round().astype(np.int64)
-        for party, part in enumerate(np.split(idx, cuts)):
-            parties[part] = party
-    return parties
-
-
-def _fill_empty_parties(parties: np.ndarray, n_parties: int, rng: np.random.Generator) -> np.ndarray:
-    """Move one random record from the largest party into each empty one."""
-    parties = parties.copy()
-    for empty in range(n_parties):
-        sizes = np.bincount(parties, minlength=n_parties)
-        if sizes[empty] == 0:
-            donor = int(np.argmax(sizes))
-            parties[rng.choice(np.flatnonzero(parties == donor))] = empty
-    return parties
-
-
-def dirichlet_partition(
-    labels: np.ndarray, n_parties: int, alpha: float, seed: int, max_tries: int = 100
-) -> np.ndarray:
-    """A party id per record, label-skewed (non-IID) by Dirichlet(alpha), every party non-empty.
-
-    Each label's records are split among parties by proportions drawn from
-    Dirichlet(alpha): small alpha -> each label concentrated on few parties,
-    large alpha -> close to IID.  Draws are repeated (up to ``max_tries``)
-    until no party is empty; failing that, empty parties get one record from
-    the largest party, which changes the skew as little as possible.
-    """
-    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
-    n = labels.shape[0]
-    if n_parties < 1:
-        raise DataError(f"n_parties must be >= 1, got {n_parties}")
-    if not alpha > 0:
-        raise DataError(f"alpha must be > 0, got {alpha}")
-    if n_parties > n:
-        raise DataError(f"cannot split {n} records among {n_parties} parties with none empty")
-    rng = np.random.default_rng(seed)
-    parties = _dirichlet_draw(labels, n_parties, alpha, rng)
-    for _ in range(max_tries - 1):
-        if np.bincount(parties, minlength=n_parties).min() > 0:
-            return parties
-        parties = _dirichlet_draw(labels, n_parties, alpha, rng)
-    return _fill_empty_parties(parties, n_parties, rng)

@@ -23,12 +23,14 @@ import numpy as np
 import pyarrow as pa
 
 from wasp_vllm.config import ConfigError, RunConfig
-from wasp_vllm.data import PrivateSet, dirichlet_partition, load_private
+from wasp_vllm.data import PrivateSet, draw_records, load_private, with_parties
 from wasp_vllm.engines import Engine, GenerationParams, ModelError, make_engine
 from wasp_vllm.privacy.accountant import PrivacyLedger, PrivacyPlan, plan_privacy
+from wasp_vllm.privacy.sampling import voting_neighbour
+from wasp_vllm.privacy.secrets import RunSecret
 from wasp_vllm.privacy.voting import NoisyVotes, noisy_votes
 from wasp_vllm.selection import allocate_quotas, plm_weights, select_pools, split_over_labels
-from wasp_vllm.store import RunStore, sample_schema, sha256_file, write_json, write_parquet
+from wasp_vllm.store import CheckpointError, RunStore, sample_schema, sha256_file, write_json, write_parquet
 from wasp_vllm.tasks import TaskSpec, build_prompt, draw_contrastive_examples, get_task, pick_attribute
 
 log = logging.getLogger(__name__)
@@ -52,16 +54,40 @@ def uses_private_data(cfg: RunConfig) -> bool:
     return cfg.strategy != "fusegen" and cfg.rounds > 1
 
 
-def privacy_plan(cfg: RunConfig, records_per_unit: int = 1) -> PrivacyPlan:
+def privacy_plan(cfg: RunConfig) -> PrivacyPlan:
+    """Sigma for the records that vote: a ``--m`` draw makes their relation *replace*, a user cap
+    multiplies the sensitivity by ``k`` (see :mod:`wasp_vllm.privacy.sampling`)."""
     return plan_privacy(
         cfg.epsilon,
         cfg.delta,
         cfg.rounds if uses_private_data(cfg) else 1,
         effective_q(cfg),
         mode=cfg.accountant,
-        neighbour=cfg.neighbour,
-        records_per_unit=records_per_unit,
+        neighbour=voting_neighbour(cfg.neighbour, selected=cfg.private_limit is not None),
+        records_per_unit=cfg.max_records_per_user if cfg.privacy_unit == "user" else 1,
     )
+
+
+def neighbourhood(cfg: RunConfig) -> dict[str, Any]:
+    """What the guarantee is about, in words and numbers (all public settings)."""
+    unit = "user" if cfg.privacy_unit == "user" else "record"
+    selected = cfg.private_limit is not None
+    return {
+        "unit": unit,
+        "input_file": f"{cfg.neighbour}: one {unit} of the file passed with --private",
+        "max_records_per_unit": cfg.max_records_per_user if unit == "user" else 1,
+        "bounding": "each user keeps at most k records, chosen by a keyed hash among its own records"
+        if unit == "user"
+        else None,
+        "selection": f"the M={cfg.private_limit} records of smallest keyed hash (public seed)"
+        if selected
+        else "every record of the file",
+        "voting_set": voting_neighbour(cfg.neighbour, selected).value,
+        "why": "a draw of M by keyed hash turns one unit more or less in the file into at most k "
+        "records swapped among those that vote"
+        if selected
+        else "the records that vote are the file's records",
+    }
 
 
 def validate_against_data(cfg: RunConfig, task: TaskSpec, private: PrivateSet) -> None:
@@ -75,10 +101,8 @@ def validate_against_data(cfg: RunConfig, task: TaskSpec, private: PrivateSet) -
     if not uses_private_data(cfg):
         return
     q = effective_q(cfg)
-    if len(private) < q:
-        raise ConfigError(
-            f"the private set has {len(private)} records, fewer than q={q}: use a larger --m or a smaller --q"
-        )
+    if len(private) < q:  # the message states no count: it may be pasted anywhere
+        raise ConfigError(f"the private set has fewer records than q={q}: use a larger --m or a smaller --q")
     per_label_round = cfg.n // cfg.rounds // n_labels
     if cfg.s > max(1, per_label_round * (cfg.rounds - 1)):
         raise ConfigError(
@@ -318,44 +342,30 @@ class RunContext:
     task: TaskSpec
     private: PrivateSet
     plan: PrivacyPlan
-    records_per_unit: int
-    parties: np.ndarray | None
 
 
 def prepare(cfg: RunConfig, *, check_models: bool = False) -> RunContext:
-    """Load the task and the private data, and plan the privacy spending.
+    """Load the task and the private data, draw the records that vote, plan the privacy spending.
 
     ``check_models`` also resolves every PLM and the embedder (loading none), so that a
     wrong name fails before any engine starts; callers with their own engines skip it.
     """
     task = get_task(cfg.task)
     private = load_private(
-        cfg.private,
-        task,
-        cfg.text_col,
-        cfg.label_col,
-        cfg.attribute_col,
-        cfg.user_col,
-        limit=cfg.private_limit,
-        seed=cfg.seed,
+        cfg.private, task, cfg.text_col, cfg.label_col, cfg.attribute_col, cfg.user_col, seed=cfg.seed
     )
-    validate_against_data(cfg, task, private)
-    parties = None
     if cfg.parties is not None:
-        parties = dirichlet_partition(private.labels, cfg.parties, cfg.dirichlet, cfg.seed)
-    records_per_unit = 1
-    if cfg.privacy_unit == "user":
-        from wasp_vllm.privacy.federated import max_records_per_user
-
-        users = private.users if private.users is not None else parties
-        if users is None:
-            raise ConfigError("--privacy-unit user needs --user-col (or --parties, one user per party)")
-        records_per_unit = max_records_per_user(users)
+        private = with_parties(private, cfg.parties, cfg.dirichlet, cfg.seed)
+    cap = cfg.max_records_per_user if cfg.privacy_unit == "user" else None
+    if cap is not None and private.users is None and private.parties is None:
+        raise ConfigError("--privacy-unit user needs --user-col (or --parties, one user per party)")
+    private = draw_records(private, cfg.private_limit, cfg.seed, cap)
+    validate_against_data(cfg, task, private)
     if check_models:
         from wasp_vllm.config import check_models as resolve_all_models
 
         resolve_all_models(cfg)
-    return RunContext(cfg, task, private, privacy_plan(cfg, records_per_unit), records_per_unit, parties)
+    return RunContext(cfg, task, private, privacy_plan(cfg))
 
 
 def per_round_totals(n: int, rounds: int) -> np.ndarray:
@@ -381,13 +391,17 @@ class Run:
         self.progress = progress
         self.timings: dict[str, float] = defaultdict(float)
         self.engines: dict[str, Engine] = {}
+        self.secret: RunSecret | None = None
 
     # -- state
     def _fresh_state(self) -> dict[str, Any]:
         k = len(self.cfg.plms)
         return {
             "config_fingerprint": self.cfg.fingerprint(),
+            # Keyed by the owner's secret: a plain hash of the records would be a release with
+            # infinite epsilon (see wasp_vllm.privacy.secrets); this file is the operator's.
             "data_fingerprint": self.ctx.private.fingerprint(),
+            "noise_key_check": self.secret.check_value() if self.secret is not None else None,
             "completed_rounds": 0,
             "weights": [1.0 / k] * k,
             "active": list(self.cfg.plms),
@@ -401,14 +415,30 @@ class Run:
 
     def _load_or_init(self, resume: bool) -> dict[str, Any]:
         state = self.store.load_state() if resume else None
+        if state is not None and state["config_fingerprint"] != self.cfg.fingerprint():
+            raise ConfigError("--resume with different settings than the run in --out; use the same ones")
+        if state is not None and state["data_fingerprint"] != self.ctx.private.fingerprint():
+            raise ConfigError("--resume with different private data than the run in --out")
+        self.secret = self._secret(create=state is None or state["noise_key_check"] is None)
         if state is None:
             return self._fresh_state()
-        if state["config_fingerprint"] != self.cfg.fingerprint():
-            raise ConfigError("--resume with different settings than the run in --out; use the same ones")
-        if state["data_fingerprint"] != self.ctx.private.fingerprint():
-            raise ConfigError("--resume with different private data than the run in --out")
+        if state["noise_key_check"] not in (None, self.secret.check_value() if self.secret else None):
+            raise CheckpointError(
+                f"{self.store.key_path} (or --noise-seed) is not the noise key of the run in --out"
+            )
         log.info("resuming after round %d", state["completed_rounds"] - 1)
         return state
+
+    def _secret(self, *, create: bool) -> RunSecret | None:
+        """The noise secret, for runs that vote; a fixed --noise-seed voids the guarantee."""
+        if not uses_private_data(self.cfg):
+            return None
+        if self.cfg.noise_seed is not None:
+            log.warning(
+                "--noise-seed is set: anyone who knows it can remove the DP noise. This run's "
+                "epsilon is VOID (the manifest says so); never use it on data that matters"
+            )
+        return self.store.secret(self.cfg.noise_seed, create=create)
 
     # -- main loop
     def execute(self, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
@@ -421,7 +451,9 @@ class Run:
         try:
             self._open_engines(state)
             embedder = self._embedder()
-            private_emb = self._timed("embedding", embedder.encode, self.ctx.private.texts)
+            private_emb = None
+            if uses_private_data(self.cfg):  # FuseGen never looks at the private records
+                private_emb = self._timed("private:embedding", embedder.encode, self.ctx.private.texts)
             totals = per_round_totals(self.cfg.n, self.cfg.rounds)
             for t in range(state["completed_rounds"], self.cfg.rounds):
                 tables.append(self._round(t, int(totals[t]), state, tables, private_emb, embedder))
@@ -435,7 +467,7 @@ class Run:
         total: int,
         state: dict[str, Any],
         tables: list[pa.Table],
-        private_emb: np.ndarray,
+        private_emb: np.ndarray | None,
         embedder: Any,
     ) -> pa.Table:
         cfg = self.cfg
@@ -449,9 +481,12 @@ class Run:
         new = new.append_column("embedding", pa.FixedSizeListArray.from_arrays(emb.reshape(-1), emb.shape[1]))
         # Readers reuse stored embeddings only when they come from the same embedder.
         new = new.replace_schema_metadata({"embedder": str(getattr(embedder, "name", "unknown"))})
-        if t < cfg.rounds - 1 and uses_private_data(cfg):
+        if t < cfg.rounds - 1 and private_emb is not None:
             synth = pa.concat_tables([*tables, new])  # D so far, shared by voting and selection
             votes = self._vote(t, synth, private_emb, state)
+            votes_table = pa.table({"id": synth.column("id"), "h_near": votes.h_near, "h_far": votes.h_far})
+            digest = self._timed("io", write_parquet, self.store.votes_path(t), votes_table)
+            state["round_sha256"][self.store.votes_path(t).name] = digest
             self._select(votes, synth, state)
         digest = self._timed("io", write_parquet, self.store.round_path(t), new)
         state["round_sha256"][self.store.round_path(t).name] = digest
@@ -556,45 +591,45 @@ class Run:
     def _vote(self, t: int, synth: pa.Table, private_emb: np.ndarray, state: dict[str, Any]) -> NoisyVotes:
         """The only step that touches private data; only the noisy histograms leave it."""
         cfg, ctx = self.cfg, self.ctx
+        assert self.secret is not None, "a run that votes holds a noise secret"
         start = time.perf_counter()
         synth_emb = np.asarray(synth.column("embedding").combine_chunks().flatten(), dtype=np.float32)
         synth_emb = synth_emb.reshape(synth.num_rows, -1)
         synth_labels = np.array([ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
         sigma = float(ctx.plan.sigma or 0.0)
-        key = self.store.noise_key(cfg.noise_seed)
         q = effective_q(cfg)
-        if ctx.parties is not None:
+        if ctx.private.parties is not None:
             from wasp_vllm.privacy.federated import federated_noisy_votes
 
+            secret = self.secret
             votes, report = federated_noisy_votes(
                 private_emb,
                 ctx.private.labels,
-                ctx.parties,
+                ctx.private.parties,
                 synth_emb,
                 synth_labels,
                 q,
                 sigma,
-                rng_seed=hash_seed(key, t),
+                noise=lambda party: secret.generator("federated-vote", t, party),
                 mode=cfg.accountant,
                 tolerance=cfg.tolerance,
+                n_parties=cfg.parties,
             )
-            # Party sizes are exact statistics of the private data: they stay out of the manifest.
-            hidden = {"sigma", "records_per_party_max", "records_per_party_min"}
-            state["federated"] = {k: v for k, v in report.items() if k not in hidden}
+            state["federated"] = {k: v for k, v in report.items() if k != "sigma"}
         else:
-            rng = np.random.default_rng(np.random.SeedSequence(key, spawn_key=(t,)))
+            rng = self.secret.generator("vote", t)
             votes = noisy_votes(private_emb, ctx.private.labels, synth_emb, synth_labels, q, sigma, rng)
         ledger = PrivacyLedger.from_dict(state["ledger"])
-        ledger.record(t, sigma, ctx.plan.sensitivity, cfg.neighbour, ctx.records_per_unit)
+        ledger.record(t, sigma, ctx.plan.sensitivity, ctx.plan.neighbour, ctx.plan.records_per_unit)
         state["ledger"] = ledger.to_dict()
         log.info(
-            "round %d voted: epsilon spent %.4g of %g (%s)",
+            "round %d voted: epsilon spent %.4g of %g (exact accountant)",
             t,
             ledger.spent_epsilon(),
             cfg.epsilon,
-            cfg.accountant,
         )
-        self.timings["voting"] += time.perf_counter() - start
+        # The time of private work scales with the private data: it stays in the operator's state.
+        self.timings["private:voting"] += time.perf_counter() - start
         return votes
 
     def _select(self, votes: NoisyVotes, synth: pa.Table, state: dict[str, Any]) -> None:
@@ -669,10 +704,6 @@ class Run:
         return manifest
 
 
-def hash_seed(key: int, t: int) -> int:
-    return request_seed(key, "federated", t)
-
-
 def _gpu_present() -> bool:
     try:
         import torch
@@ -722,10 +753,19 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def public_timings(timings: dict[str, float]) -> dict[str, float]:
+    """Timings of public work only: embedding the private records and voting scale with them."""
+    return {k: round(v, 3) for k, v in sorted(timings.items()) if not k.startswith("private:")}
+
+
 def build_manifest(
     ctx: RunContext, state: dict[str, Any], timings: dict[str, float], final: pa.Table, output_sha: str
 ) -> dict[str, Any]:
-    """What the run did and what it spent; holds no private text, only counts and a fingerprint."""
+    """What the run did and what it spent: public settings and functions of the noisy votes only.
+
+    No exact statistic of the private data (record count, per-label or per-party counts, a
+    fingerprint of the records, time spent on them) goes in: this file is published.
+    """
     ledger = PrivacyLedger.from_dict(state["ledger"])
     tokens: dict[str, int] = defaultdict(int)
     for record in state["rounds"]:
@@ -736,26 +776,30 @@ def build_manifest(
         for plm, n in tokens.items()
         if timings.get(f"generation:{plm}")
     }
+    void = ctx.cfg.noise_seed is not None and ledger.releases
     privacy = {
+        "guarantee": "VOID: the noise came from a public --noise-seed (tests only)"
+        if void
+        else f"({ctx.cfg.epsilon:g}, {ctx.cfg.delta:g})-DP for one {neighbourhood(ctx.cfg)['unit']} "
+        "of the private file (exact accountant)",
+        "epsilon_void": bool(void),
         "plan": ctx.plan.to_dict(),
         "ledger": ledger.report(),
-        "records_per_unit": ctx.records_per_unit,
-        "privacy_unit": ctx.cfg.privacy_unit,
-        "noise_seed": "fixed by --noise-seed (NOT private: for tests only)"
+        "neighbourhood": neighbourhood(ctx.cfg),
+        "noise": "fixed by --noise-seed (NOT private)"
         if ctx.cfg.noise_seed is not None
-        else "secret (kept in .noise-key, never published)",
+        else "from a secret key kept in private/noise.key (never published)",
     }
     if "federated" in state:
         privacy["federated"] = state["federated"]
     return {
         "config": ctx.cfg.model_dump(mode="json") | {"noise_seed": None},
         "task": ctx.task.name,
-        # No per-label counts: they are exact statistics of the private data, released without noise.
-        "private_data": {"fingerprint_sha256": ctx.private.fingerprint(), "records": len(ctx.private)},
+        "private_data": {"requested_m": ctx.cfg.private_limit, "source": ctx.cfg.private},
         "plms": {"active": state["active"], "dropped": state["dropped"], "final_weights": state["weights"]},
         "rounds": state["rounds"],
         "privacy": privacy,
-        "timings_s": {k: round(v, 3) for k, v in sorted(timings.items())},
+        "timings_s": public_timings(timings),
         "tokens": dict(tokens),
         "tokens_per_s": throughput,
         "output": {"file": "synthetic.parquet", "rows": final.num_rows, "sha256": output_sha},

@@ -26,6 +26,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from wasp_vllm.privacy import debug_private
+
 logger = logging.getLogger(__name__)
 
 #: FAISS GPU flat search supports at most this many neighbours per query.
@@ -188,7 +190,7 @@ def _search_label(
             fallbacks += 1
             out[i] = _brute_row(queries[i], base, rows, k, furthest)
     if fallbacks:
-        logger.debug("search: %d of %d rows recomputed by float64 brute force", fallbacks, len(out))
+        debug_private(logger, "search: %d of %d rows recomputed by float64 brute force", fallbacks, len(out))
     return out
 
 

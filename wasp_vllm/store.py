@@ -2,14 +2,19 @@
 
 Layout of ``--out``::
 
-    rounds/round-000.parquet ...   one file per finished round (with embeddings)
-    state.json                      weights, pools, ledger, checksums of the round files
-    .noise-key                      secret seed of the DP noise (mode 0600; never publish)
-    synthetic.parquet               the final output (all rounds)
-    manifest.json                   what the run did and spent; written last
+    synthetic.parquet               PUBLISHED: the final output (all rounds)
+    manifest.json                   PUBLISHED: what the run did and spent; written last
+    private/                        the operator's working files (mode 0700): NEVER share
+        README.txt                  says so
+        state.json                  weights, pools, ledger, checksums, keyed data fingerprint
+        rounds/round-000.parquet    one file per finished round (with embeddings)
+        rounds/votes-000.parquet    the noisy votes of each voting round
+        noise.key                   the secret of the DP noise (mode 0600)
 
-Every file is written to a temporary name, fsynced and renamed, so a kill at any
-moment leaves either the old file or the new one, never half of one.
+What may be published is a function of the noisy votes or independent of the private data; the
+``private/`` folder holds the secret key and the operator's bookkeeping, so it stays behind.
+Every file is written to a temporary name, fsynced and renamed, so a kill at any moment leaves
+either the old file or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -28,10 +32,23 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RUN_FILES = ("state.json", "manifest.json", "synthetic.parquet", "rounds", ".noise-key")
+from wasp_vllm.privacy.secrets import RunSecret
+
+PUBLISHED = ("synthetic.parquet", "manifest.json")
+OPERATOR_DIR = "private"
+RUN_FILES = (*PUBLISHED, OPERATOR_DIR)
+KEY_FILE = "noise.key"
+OPERATOR_README = """\
+These are the operator's working files of a wasp-vllm run. NEVER share them.
+
+noise.key is the secret of the differential-privacy noise: with it anyone can remove the noise.
+state.json and rounds/ are checkpoints for --resume (they hold a keyed fingerprint of the
+private data and every intermediate sample). Share only ../synthetic.parquet, ../manifest.json
+and the report written by `wasp-vllm report`.
+"""
 # What _atomic_write's mkstemp(prefix=f".{name}.") calls its temporary files.
 _TEMP_NAME = re.compile(
-    r"\.(state\.json|manifest\.json|synthetic\.parquet|\.noise-key|round-\d+\.parquet)\.[A-Za-z0-9_]{8}"
+    r"\.(state\.json|manifest\.json|synthetic\.parquet|noise\.key|(round|votes)-\d+\.parquet)\.[A-Za-z0-9_]{8}"
 )
 
 
@@ -93,13 +110,21 @@ class RunStore:
 
     def __init__(self, out: str | Path) -> None:
         self.out = Path(out)
+        self.private = self.out / OPERATOR_DIR
 
     def round_path(self, t: int) -> Path:
-        return self.out / "rounds" / f"round-{t:03d}.parquet"
+        return self.private / "rounds" / f"round-{t:03d}.parquet"
+
+    def votes_path(self, t: int) -> Path:
+        return self.private / "rounds" / f"votes-{t:03d}.parquet"
 
     @property
     def state_path(self) -> Path:
-        return self.out / "state.json"
+        return self.private / "state.json"
+
+    @property
+    def key_path(self) -> Path:
+        return self.private / KEY_FILE
 
     def has_run(self) -> bool:
         return any((self.out / name).exists() for name in RUN_FILES)
@@ -125,42 +150,39 @@ class RunStore:
                     target.unlink(missing_ok=True)
         for stale in self.stale_temp_files():  # left by a kill in the middle of a write
             stale.unlink(missing_ok=True)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.private.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.private, 0o700)
+        readme = self.private / "README.txt"
+        if not readme.exists():
+            _atomic_write(readme, lambda tmp: tmp.write_text(OPERATOR_README))
 
     def stale_temp_files(self) -> list[Path]:
         """Temporary files of :func:`_atomic_write` that a killed process left behind."""
-        folders = [self.out, self.out / "rounds"]
+        folders = [self.out, self.private, self.private / "rounds"]
         return [p for d in folders if d.is_dir() for p in d.iterdir() if _TEMP_NAME.fullmatch(p.name)]
 
-    def noise_key(self, fixed: int | None) -> int:
-        """The DP noise seed: fixed (tests), else a secret kept beside the checkpoint for resume.
+    def secret(self, noise_seed: int | None, *, create: bool) -> RunSecret:
+        """The run's noise secret: from ``--noise-seed`` (tests), read back, or made once (0600).
 
-        A published seed would let anyone subtract the noise, so it is never put in
-        the manifest or the state and its file is readable by the owner alone.
+        ``create=False`` (resuming a run that has voted) refuses to make a new key: a lost key
+        would silently change the noise of the rounds still to come.
         """
-        if fixed is not None:
-            return fixed
-        path = self.out / ".noise-key"
-        if path.exists():
+        if noise_seed is not None:
+            return RunSecret.from_noise_seed(noise_seed)
+        if self.key_path.exists():
             try:
-                return int(path.read_text().strip())
+                return RunSecret.from_text(self.key_path.read_text())
             except ValueError:
-                raise CheckpointError(f"{path} is corrupted (not a noise key)") from None
-        key = secrets.randbits(128)
-        _atomic_write(path, lambda tmp: tmp.write_text(str(key)), mode=0o600)
-        return key
-
-    def _noise_key_digest(self) -> str | None:
-        path = self.out / ".noise-key"
-        return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+                raise CheckpointError(f"{self.key_path} is corrupted (not a noise key)") from None
+        if not create:
+            raise CheckpointError(f"{self.key_path} is missing: the run cannot resume without its noise key")
+        secret = RunSecret.generate()
+        _atomic_write(self.key_path, lambda tmp: tmp.write_text(secret.to_text()), mode=0o600)
+        return secret
 
     def save_state(self, state: dict[str, Any]) -> None:
         body = json.dumps(state, sort_keys=True)
-        wrapper = {"state": state, "sha256": hashlib.sha256(body.encode()).hexdigest()}
-        key = self._noise_key_digest()
-        if key is not None:  # a lost or edited key would silently change the noise of later rounds
-            wrapper["noise_key_sha256"] = key
-        write_json(self.state_path, wrapper)
+        write_json(self.state_path, {"state": state, "sha256": hashlib.sha256(body.encode()).hexdigest()})
 
     def load_state(self) -> dict[str, Any] | None:
         """The last finished round's state, verified; None when the run has not finished a round."""
@@ -175,11 +197,9 @@ class RunStore:
         if hashlib.sha256(body.encode()).hexdigest() != wrapper.get("sha256"):
             raise CheckpointError(f"{self.state_path} is corrupted (checksum mismatch)")
         for name, digest in state["round_sha256"].items():
-            path = self.out / "rounds" / name
+            path = self.private / "rounds" / name
             if not path.exists() or sha256_file(path) != digest:
                 raise CheckpointError(f"checkpoint file rounds/{name} is missing or corrupted (checksum)")
-        if "noise_key_sha256" in wrapper and self._noise_key_digest() != wrapper["noise_key_sha256"]:
-            raise CheckpointError(f"{self.out / '.noise-key'} is missing or corrupted (checksum)")
         return state
 
     def read_round(self, t: int) -> pa.Table:

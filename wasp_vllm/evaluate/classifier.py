@@ -185,9 +185,7 @@ def fit_predict_bert(
     model = AutoModelForSequenceClassification.from_pretrained(
         str(path), num_labels=num_labels, local_files_only=True, ignore_mismatched_sizes=True
     ).to(device)
-    log.info(
-        "fine-tuning %s on %d texts (%d epochs, device %s)", path.name, len(train_texts), cfg.epochs, device
-    )
+    log.info("fine-tuning %s (%d epochs, device %s)", path.name, cfg.epochs, device)
 
     def tokenize(texts: Sequence[str]) -> dict[str, Any]:
         enc = tokenizer(

@@ -24,6 +24,12 @@ from wasp_vllm.evaluate.metrics import fid, fid_per_round, label_balance
 log = logging.getLogger(__name__)
 
 _REQUIRED_COLUMNS = ("text", "label")
+#: Key of the report section computed on the raw private records, outside the DP accounting.
+OPERATOR_ONLY = "operator_only"
+OPERATOR_NOTE = (
+    "computed on the raw private records outside the differential-privacy accounting: the "
+    "operator's figures, NEVER to be published"
+)
 # Schema-metadata keys under which a writer may have recorded the embedder of the `embedding` column.
 _EMBEDDER_META_KEYS = (b"embedder", b"wasp.embedder", b"embedder_name")
 
@@ -226,8 +232,6 @@ def evaluate_synthetic(
         "accuracy": report.accuracy,
         "macro_f1": report.macro_f1,
         "classifier": report.to_dict(),
-        "fid": None,
-        "fid_per_round": None,
         "fid_method": fid_method,
     }
     if private_source is not None:
@@ -240,11 +244,16 @@ def evaluate_synthetic(
             seed=private_seed,
         )
         private_emb = np.asarray(enc.encode(private.texts), dtype=np.float32)
-        result["n_private"] = len(private)
-        result["fid"] = fid(synth_emb, private_emb, method=fid_method)
+        per_round = None
         if synth.rounds is not None:
-            result["fid_per_round"] = fid_per_round(synth_emb, synth.rounds, private_emb, method=fid_method)
-    log.info("evaluated %s: accuracy %.4f, FID %s", synthetic_path, report.accuracy, result["fid"])
+            per_round = fid_per_round(synth_emb, synth.rounds, private_emb, method=fid_method)
+        result[OPERATOR_ONLY] = {
+            "note": OPERATOR_NOTE,
+            "fid": fid(synth_emb, private_emb, method=fid_method),
+            "fid_per_round": per_round,
+            "n_private": len(private),
+        }
+    log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
     return result
 
 
@@ -293,6 +302,7 @@ def evaluate_private_only(
     return {
         "kind": "only_private",
         "differentially_private": False,
+        "note": OPERATOR_NOTE,
         "task": task.name,
         "model": model,
         "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),

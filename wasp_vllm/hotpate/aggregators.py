@@ -98,7 +98,11 @@ class Aggregator:
             return self.threshold
         return self.default_threshold(n_teachers, vocab_size)
 
-    def __call__(self, hist: VoteHistogram, rng: np.random.Generator) -> AggregationResult:
+    def __call__(
+        self, hist: VoteHistogram, rng: np.random.Generator, noise_rng: np.random.Generator | None = None
+    ) -> AggregationResult:
+        """One release: noise from ``noise_rng`` (a secret stream in a real run; ``rng`` if None),
+        post-processing draws from ``rng``."""
         raise NotImplementedError
 
 
@@ -110,9 +114,11 @@ class HomogeneousAggregator(Aggregator):
     def default_threshold(self, n_teachers: int, vocab_size: int) -> float:
         return n_teachers / 2.0 + self.margin(vocab_size)
 
-    def __call__(self, hist: VoteHistogram, rng: np.random.Generator) -> AggregationResult:
+    def __call__(
+        self, hist: VoteHistogram, rng: np.random.Generator, noise_rng: np.random.Generator | None = None
+    ) -> AggregationResult:
         threshold = self.resolve_threshold(hist.n_teachers, hist.vocab_size)
-        noisy = noisy_histogram(hist, self.sigma, rng)
+        noisy = noisy_histogram(hist, self.sigma, noise_rng or rng)
         best = int(noisy.argmax())
         if noisy[best] >= threshold:
             return AggregationResult(best, float(noisy[best]), threshold)
@@ -143,9 +149,11 @@ class HeterogeneousAggregator(Aggregator):
     def default_threshold(self, n_teachers: int, vocab_size: int) -> float:
         return 2.0 * self.margin(vocab_size)
 
-    def __call__(self, hist: VoteHistogram, rng: np.random.Generator) -> AggregationResult:
+    def __call__(
+        self, hist: VoteHistogram, rng: np.random.Generator, noise_rng: np.random.Generator | None = None
+    ) -> AggregationResult:
         threshold = self.resolve_threshold(hist.n_teachers, hist.vocab_size)
-        noisy = noisy_histogram(hist, self.sigma, rng)
+        noisy = noisy_histogram(hist, self.sigma, noise_rng or rng)
         # A non-positive threshold would let every bin qualify; weights must be positive.
         candidates = np.flatnonzero((noisy >= threshold) & (noisy > 0))
         if candidates.size == 0:

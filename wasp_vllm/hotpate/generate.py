@@ -124,6 +124,7 @@ class PrivateTokenSelector:
         fallback: Fallback = sample_public,
         rng: np.random.Generator | None = None,
         neighbour: Neighbour = "add_remove",
+        noise_rng: np.random.Generator | None = None,
     ) -> None:
         if ensemble not in ENSEMBLE_KINDS:
             raise ValueError(f"ensemble must be one of {ENSEMBLE_KINDS}, got {ensemble!r}")
@@ -136,7 +137,9 @@ class PrivateTokenSelector:
         self.ledger = ledger
         self.max_retries = max_retries
         self.fallback = fallback
+        # Shared coordination randomness and the fallback may be public; the noise may not.
         self.rng = rng if rng is not None else np.random.default_rng()
+        self.noise_rng = noise_rng if noise_rng is not None else np.random.default_rng()
         self.neighbour = neighbour
         self.sensitivity = vote_sensitivity(neighbour)
         self.releases = 0
@@ -177,7 +180,7 @@ class PrivateTokenSelector:
                 return TokenDecision(None, "budget", used)
             used += 1
             hist = prepared.histogram(self.rng)
-            result = self.aggregator(hist, self.rng)
+            result = self.aggregator(hist, self.rng, self.noise_rng)
             if result.token is not None:
                 return TokenDecision(result.token, "private", used)
         return TokenDecision(self.fallback(public_probs, tokens_so_far, self.rng), "fallback", used)
@@ -402,10 +405,14 @@ def generate_hotpate(
     settings: HotPateSettings,
     plm: str,
     fallback: Fallback = sample_public,
+    noise_rng: np.random.Generator | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Synthetic records (text, label) from ``settings.teachers`` teachers per label.
 
-    Returns the records as an Arrow table (``SCHEMA``) and the privacy report.
+    ``noise_rng`` draws the Gaussian noise of every release: a stream of the run's secret key
+    (fresh OS entropy when None); the public ``seed`` drives only the shared coordination
+    randomness and the fallback.  Returns the records as an Arrow table (``SCHEMA``) and the
+    privacy report.
     """
     s = settings
     _check_inputs(private_texts, private_labels, label_names, s)
@@ -413,7 +420,9 @@ def generate_hotpate(
     ledger = PrivacyLedger(s.epsilon, s.delta, mode="exact")
     aggregator = make_aggregator(s.aggregator, sigma, s.threshold, s.beta, s.renormalize)
     rng = np.random.default_rng(s.seed)
-    selector = PrivateTokenSelector(aggregator, s.ensemble, ledger, s.max_retries, fallback, rng, s.neighbour)
+    selector = PrivateTokenSelector(
+        aggregator, s.ensemble, ledger, s.max_retries, fallback, rng, s.neighbour, noise_rng
+    )
     log.info(
         "hot pate: %d records, %d teachers per label, sigma %.4g per release (%d releases planned)",
         s.n_samples,
@@ -552,6 +561,7 @@ def run_hotpate(
     dtype: Any = None,
     fallback: Fallback = sample_public,
     source_factory: SourceFactory | None = None,
+    noise_rng: np.random.Generator | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Hot PATE synthetic records with a PLM preset or model directory (entry point for the CLI).
 
@@ -592,5 +602,5 @@ def run_hotpate(
             return TeacherEnsembleLM(lm, prompts, temperature=temperature)
 
     return generate_hotpate(
-        private_texts, private_labels, label_names, source_factory, settings, plm, fallback
+        private_texts, private_labels, label_names, source_factory, settings, plm, fallback, noise_rng
     )

@@ -26,6 +26,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any, Literal
 
 import numpy as np
@@ -33,7 +34,14 @@ from scipy.special import erfcx, log_ndtr
 
 logger = logging.getLogger(__name__)
 
-Neighbour = Literal["add_remove", "replace"]
+
+class Neighbour(str, Enum):
+    """How two neighbouring data sets differ: one unit more or less, or one unit changed."""
+
+    ADD_REMOVE = "add_remove"
+    REPLACE = "replace"
+
+
 Mode = Literal["exact", "paper"]
 
 NEIGHBOURS: tuple[str, ...] = ("add_remove", "replace")
@@ -83,7 +91,7 @@ def _check_int(name: str, value: int, minimum: int) -> int:
 def _check_neighbour(neighbour: str) -> str:
     if neighbour not in NEIGHBOURS:
         raise ValueError(f"neighbour must be one of {NEIGHBOURS}, got {neighbour!r}")
-    return neighbour
+    return Neighbour(neighbour).value
 
 
 def _check_mode(mode: str) -> str:
@@ -348,6 +356,12 @@ def plan_privacy(
     else:
         sigma = paper_sigma(epsilon, delta, rounds) * records_per_unit
     eps_exact = epsilon_for_sigma(sigma, delta, sensitivity, compositions)
+    if eps_exact > epsilon * (1.0 + BUDGET_RTOL):
+        raise PrivacyBudgetExceeded(
+            f"the paper's formula under-noises at epsilon={epsilon:g}: its sigma={sigma:.4g} spends "
+            f"epsilon={eps_exact:.4g} by the exact accountant (the formula is proven for epsilon < 1 "
+            "only); use --accountant exact"
+        )
     eps_paper = paper_epsilon_for_releases(
         [sigma] * compositions, [float(records_per_unit)] * compositions, delta
     )
@@ -400,8 +414,9 @@ class Release:
 class PrivacyLedger:
     """Running record of the releases of a run, refusing any release that would exceed the budget.
 
-    The budget is enforced with the accountant named by ``mode``; both accountants are always
-    reported.  Serialise with :meth:`to_dict` / :meth:`from_dict` for checkpoints.
+    Every release is checked with the exact accountant; in ``paper`` mode the paper's formula must
+    also stay within the budget (it chose sigma).  Both accountants are always reported.
+    Serialise with :meth:`to_dict` / :meth:`from_dict` for checkpoints.
     """
 
     epsilon: float
@@ -430,15 +445,13 @@ class PrivacyLedger:
             [r.sigma for r in releases], [float(r.records_per_unit) for r in releases], delta
         )
 
-    def _spent(self, releases: list[Release]) -> float:
-        if self.mode == "exact":
-            return self._exact(releases, self.delta)
-        return self._paper(releases, self.delta)
-
     def spent_epsilon(self) -> float:
-        """Epsilon spent so far under the ledger's own mode (exact composition of Gaussians, or the
-        paper's formula generalised as in :func:`paper_epsilon_for_releases`)."""
-        return self._spent(self.releases)
+        """Epsilon spent so far: always the exact composition of the Gaussian releases.
+
+        This is the guarantee, whichever formula chose sigma: the paper's classic bound is proven
+        only for epsilon < 1, so a paper-mode run is held to the exact accountant too.
+        """
+        return self._exact(self.releases, self.delta)
 
     def spent_epsilon_exact(self) -> float:
         return self._exact(self.releases, self.delta)
@@ -453,7 +466,8 @@ class PrivacyLedger:
         self, round: int, sigma: float, sensitivity: float, neighbour: Neighbour, records_per_unit: int = 1
     ) -> Release:
         """Append one release; raises :class:`PrivacyBudgetExceeded` *before* appending if it would
-        push the spent epsilon (ledger mode) over the budget by more than ``BUDGET_RTOL``."""
+        push the spent epsilon (exact, and the paper's in paper mode) over the budget by more than
+        ``BUDGET_RTOL``."""
         release = Release(
             round=_check_int("round", round, 0),
             sigma=_check_positive("sigma", sigma),
@@ -461,11 +475,13 @@ class PrivacyLedger:
             neighbour=_check_neighbour(neighbour),
             records_per_unit=_check_int("records_per_unit", records_per_unit, 1),
         )
-        after = self._spent([*self.releases, release])
-        if after > self.epsilon * (1.0 + BUDGET_RTOL):
+        after = self._exact([*self.releases, release], self.delta)
+        claimed = self._paper([*self.releases, release], self.delta) if self.mode == "paper" else after
+        if max(after, claimed) > self.epsilon * (1.0 + BUDGET_RTOL):
             raise PrivacyBudgetExceeded(
                 f"release for round {release.round} would spend epsilon={after:.6g} "
-                f"({self.mode} accountant) over the budget epsilon={self.epsilon:.6g}"
+                f"(exact accountant; {claimed:.6g} by the {self.mode} formula) over the budget "
+                f"epsilon={self.epsilon:.6g}"
             )
         self.releases.append(release)
         logger.debug(

@@ -64,7 +64,6 @@ RING_BITS = 64
 DEFAULT_SCALE_BITS = 24
 _SESSION_BYTES = 16
 _KDF_DOMAIN = b"wasp-vllm/secagg/pair-seed/v1"
-_NOISE_DOMAIN = 0x5741_5350  # "WASP": separates the parties' noise streams from other seeds
 
 NoiseMode = Literal["paper", "exact"]
 RandomBytes = Callable[[int], bytes]
@@ -524,30 +523,13 @@ def federated_guarantee(
     }
 
 
-def max_records_per_user(users: np.ndarray) -> int:
-    """Largest number of records held by one user: the user-level sensitivity multiplier.
-
-    (The paper's Table 10 setting: 150 parties with at most 8 records each.)
-    """
-    arr = np.asarray(users)
-    if arr.size == 0:
-        raise ValueError("no records: the sensitivity multiplier is undefined")
-    _, counts = np.unique(arr, return_counts=True)
-    return int(counts.max())
-
-
 # --------------------------------------------------------------------------------------------
 # Federated voting
 # --------------------------------------------------------------------------------------------
 
 
-def _party_generator(rng_seed: int | None, party_id: int) -> np.random.Generator:
-    """Each party's own noise generator, reproducible from (seed, party id) in simulation.
-
-    In a real deployment the seed must be secret to each party: a server that knows it can
-    subtract the noise. ``rng_seed=None`` gives every party fresh OS entropy.
-    """
-    return np.random.default_rng(np.random.SeedSequence(rng_seed, spawn_key=(_NOISE_DOMAIN, party_id)))
+#: ``noise(party_id) -> generator`` of that party's secret noise share (fresh OS entropy when None).
+PartyNoise = Callable[[int], np.random.Generator]
 
 
 def _local_noisy_histograms(
@@ -567,16 +549,24 @@ def _local_noisy_histograms(
     return local
 
 
-def _party_ids(parties: np.ndarray, n_records: int) -> np.ndarray:
-    """Validate the per-record party assignment and return the sorted distinct ids."""
+def _party_ids(parties: np.ndarray, n_records: int, n_parties: int | None) -> np.ndarray:
+    """Validate the per-record party assignment and return the ids of the parties taking part.
+
+    With ``n_parties`` every party ``0 .. n_parties-1`` takes part, holding records or not: how
+    many parties add noise must not depend on the data.
+    """
     arr = np.asarray(parties)
     if arr.shape != (n_records,):
         raise ValueError("parties must give one party id per private record")
-    if not np.issubdtype(arr.dtype, np.integer):
+    if n_records and not np.issubdtype(arr.dtype, np.integer):
         raise TypeError("party ids must be integers")
-    ids = np.unique(arr)
+    ids = np.unique(arr).astype(np.int64)
     if ids.size and ids[0] < 0:
         raise ValueError("party ids must be non-negative")
+    if n_parties is not None:
+        if ids.size and ids[-1] >= n_parties:
+            raise ValueError(f"party ids must lie in [0, {n_parties})")
+        ids = np.arange(n_parties, dtype=np.int64)
     if ids.size < 2:
         raise ValueError("federated voting needs at least 2 parties (use the central mechanism for one)")
     return ids
@@ -590,10 +580,11 @@ def federated_noisy_votes(
     synth_labels: np.ndarray,
     q: int,
     sigma: float,
-    rng_seed: int | None,
+    noise: PartyNoise | None,
     mode: NoiseMode = "exact",
     tolerance: int = 0,
     *,
+    n_parties: int | None = None,
     scale_bits: int = DEFAULT_SCALE_BITS,
     key_agreement: KeyAgreement | None = None,
 ) -> tuple[NoisyVotes, dict[str, Any]]:
@@ -601,13 +592,15 @@ def federated_noisy_votes(
 
     Returns ``(NoisyVotes, report)``. The votes are the sum over parties of their clean
     histograms plus the sum of their noise shares (variance sigma^2 in paper mode, L/(L-t) sigma^2
-    in exact mode). ``rng_seed`` makes the noise reproducible in simulation; each party's generator
-    is derived from it and the party id (pass a different seed every round). ``sigma = 0`` is
-    accepted for tests only (no privacy) and logged as a warning.
+    in exact mode). ``noise(party_id)`` is that party's noise generator: in a deployment each
+    party's own secret; in simulation derived from the run's secret key, the round and the party
+    (never a short or public seed: the server could replay it). ``n_parties`` makes every party of
+    the roster take part, also those holding no record. ``sigma = 0`` is accepted for tests only
+    (no privacy) and logged as a warning.
     """
     private_emb = np.asarray(private_emb)
     private_labels = np.asarray(private_labels)
-    ids = _party_ids(parties, len(private_emb))
+    ids = _party_ids(parties, len(private_emb), n_parties)
     n_parties = int(ids.size)
     std = party_noise_std(sigma, n_parties, mode, tolerance)
     if sigma == 0:
@@ -620,7 +613,7 @@ def federated_noisy_votes(
     members = []
     for pid in ids.tolist():
         own = np.asarray(parties) == pid
-        rng = _party_generator(rng_seed, pid)
+        rng = noise(pid) if noise is not None else np.random.default_rng()
         local = _local_noisy_histograms(
             private_emb[own], private_labels[own], synth_emb, synth_labels, q, std, rng
         )
@@ -631,18 +624,14 @@ def federated_noisy_votes(
     total = secure_sum(members, server)
 
     votes = NoisyVotes(h_near=total[:n_synth], h_far=total[n_synth:], sigma=float(sigma), q=int(q))
-    return votes, _report(parties, codec, scheme, federated_guarantee(sigma, n_parties, mode, tolerance))
+    return votes, _report(codec, scheme, federated_guarantee(sigma, n_parties, mode, tolerance))
 
 
-def _report(
-    parties: np.ndarray, codec: FixedPointCodec, scheme: KeyAgreement, guarantee: dict[str, Any]
-) -> dict[str, Any]:
-    """The manifest entry of one federated aggregation (public parameters and counts only)."""
-    _, counts = np.unique(np.asarray(parties), return_counts=True)
+def _report(codec: FixedPointCodec, scheme: KeyAgreement, guarantee: dict[str, Any]) -> dict[str, Any]:
+    """The manifest entry of one federated aggregation: public parameters only (no party sizes,
+    which are exact statistics of the private data)."""
     return {
         **guarantee,
-        "records_per_party_max": int(counts.max()),
-        "records_per_party_min": int(counts.min()),
         "masking": "pairwise additive masks (Bonawitz et al. 2016), honest-but-curious",
         "key_agreement": scheme.name,
         "prg": f"SHA-256 pair seed -> {scheme.prg}",

@@ -1,0 +1,86 @@
+"""Golden outputs of every strategy: a redesign of the round loop must not change a byte of them.
+
+Each case runs the real round loop (quotas, prompts, cleaning, voting, noise, selection, weights,
+checkpoints, manifest) with ``FakeEngineForUnitTests`` and ``HashEmbedderForTests`` (named as
+such: the subject is the loop, not an LLM) and fixed seeds, and compares ``synthetic.parquet``
+and ``manifest.json`` with the files stored in ``tests/golden/``.  Left out of the comparison:
+wall-clock timings (``timings_s``, ``tokens_per_s``, each round's ``seconds``) and package
+versions.  Parquet files are compared byte for byte when written by the pyarrow version that
+wrote the golden files (its version is in the file), else as tables with their metadata.
+
+Regenerate (only when a change of output is intended, and say so in the commit):
+``WASP_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
+from tests.privacy_checks import private_texts
+from wasp_vllm.config import RunConfig
+from wasp_vllm.pipeline import Run, prepare
+
+GOLDEN = Path(__file__).parent / "golden"
+LABELS = ["positive", "neutral", "negative"]
+UPDATE = os.environ.get("WASP_UPDATE_GOLDEN") == "1"
+
+BASE = dict(plms=["a", "b"], task="drugs", private="private.csv", private_limit=None, n=36, rounds=3, q=2,
+            s=2, noise_seed=11, concurrent=False, seed=3)  # fmt: skip
+CASES: dict[str, dict] = {
+    "wasp": {},
+    "wasp-m": {"private_limit": 20},
+    "wasp-no-contrast": {"contrastive": False},
+    "wasp-no-weighting": {"weighting": False},
+    "wasp-paper-accountant": {"accountant": "paper"},
+    "aug-pe": {"strategy": "aug-pe", "plms": ["a"]},
+    "fusegen": {"strategy": "fusegen"},
+    "pre-text": {"strategy": "pre-text", "parties": 3},
+    "federated": {"parties": 3, "tolerance": 1},
+    "user-level": {"user_col": "user", "privacy_unit": "user", "max_records_per_user": 2},
+}
+
+
+def _write_private(folder: Path) -> None:
+    texts = private_texts(40, seed=21, words=7)
+    rows = [f"{t},{LABELS[i % 3]},u{i % 9}" for i, t in enumerate(texts)]
+    (folder / "private.csv").write_text("text,label,user\n" + "\n".join(rows) + "\n")
+
+
+def _comparable_manifest(manifest: dict) -> dict:
+    manifest = {k: v for k, v in manifest.items() if k not in ("timings_s", "tokens_per_s", "versions")}
+    manifest["rounds"] = [{k: v for k, v in r.items() if k != "seconds"} for r in manifest["rounds"]]
+    return manifest
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_strategy_output_is_unchanged(case, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write_private(tmp_path)
+    cfg = RunConfig(**(BASE | CASES[case]))
+
+    def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:
+        return FakeEngineForUnitTests(name)
+
+    manifest = Run(prepare(cfg), "out", engine_factory=factory, embedder=HashEmbedderForTests()).execute()
+    produced = tmp_path / "out" / "synthetic.parquet"
+    text = json.dumps(_comparable_manifest(manifest), indent=1, sort_keys=True) + "\n"
+    golden_parquet, golden_manifest = GOLDEN / f"{case}.parquet", GOLDEN / f"{case}.manifest.json"
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        golden_parquet.write_bytes(produced.read_bytes())
+        golden_manifest.write_text(text)
+    assert text == golden_manifest.read_text(), f"{case}: the manifest changed"
+    writers = {pq.ParquetFile(p).metadata.created_by for p in (golden_parquet, produced)}
+    if len(writers) == 1:
+        assert produced.read_bytes() == golden_parquet.read_bytes(), f"{case}: synthetic.parquet changed"
+    else:  # another pyarrow wrote it: the same table, schema and metadata
+        a, b = pq.read_table(produced), pq.read_table(golden_parquet)
+        assert a.equals(b) and a.schema.equals(b.schema, check_metadata=True), case
+    assert isinstance(pq.read_table(produced), pa.Table)

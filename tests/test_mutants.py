@@ -1,0 +1,253 @@
+"""The mutants that matter: each plants one privacy bug in a scratch copy of the package, and the
+tests named with it must then fail.  A mutant that survives means a property of the guarantee is
+no longer tested.
+
+Each mutant names the exact code it changes; when that code is rewritten, the mutant fails
+loudly ("not found") instead of passing silently, and must be updated with it.  The broad
+mutation score comes from ``make mutation`` (mutmut over ``privacy/``, the voting step and the
+store); this list is the curated part that runs in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.mutation
+
+
+@dataclass(frozen=True)
+class Mutant:
+    why: str
+    file: str
+    edits: tuple[tuple[str, str], ...]
+    tests: tuple[str, ...]
+
+
+NOISE = "tests/test_noise.py"
+NEIGHBOURS = "tests/test_neighbouring.py"
+MUTANTS = {
+    "central-noise-sigma-over-100": Mutant(
+        "the run loop hands the noise step sigma/100 while ledger and manifest report sigma",
+        "wasp_vllm/pipeline.py",
+        (("synth_emb, synth_labels, q, sigma, rng)", "synth_emb, synth_labels, q, sigma / 100, rng)"),),
+        (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[False]",),
+    ),
+    "federated-noise-sigma-over-100": Mutant(
+        "the same on the federated path",
+        "wasp_vllm/pipeline.py",
+        (
+            (
+                "                sigma,\n                noise=lambda",
+                "                sigma / 100,\n                noise=lambda",
+            ),
+        ),
+        (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[True]",),
+    ),
+    "private-record-logged-lower-case": Mutant(
+        "a private record logged lower-cased at DEBUG",
+        "wasp_vllm/pipeline.py",
+        (
+            (
+                "    validate_against_data(cfg, task, private)\n",
+                "    validate_against_data(cfg, task, private)\n"
+                "    log.debug('%s', private.texts[0].lower())\n",
+            ),
+        ),
+        ("tests/test_reliability.py::test_private_text_never_leaves_a_cli_run",),
+    ),
+    "noise-key-not-read-back": Mutant(
+        "the noise key is made anew instead of read back on resume",
+        "wasp_vllm/store.py",
+        (
+            ("        if self.key_path.exists():", "        if False:"),
+            ("        if not create:", "        if False:"),
+        ),
+        (f"{NOISE}::test_noise_key_is_secret_private_and_read_back_on_resume",),
+    ),
+    "noise-key-world-readable": Mutant(
+        "the noise key file is readable by everyone",
+        "wasp_vllm/store.py",
+        (("secret.to_text()), mode=0o600)", "secret.to_text()), mode=0o644)"),),
+        (f"{NOISE}::test_noise_key_is_secret_private_and_read_back_on_resume",),
+    ),
+    "noise-key-in-state": Mutant(
+        "the noise key is copied into state.json",
+        "wasp_vllm/pipeline.py",
+        (
+            (
+                '            "completed_rounds": 0,',
+                '            "key": self.secret.to_text() if self.secret else None,\n            "completed_rounds": 0,',
+            ),
+        ),
+        (f"{NOISE}::test_noise_key_is_secret_private_and_read_back_on_resume",),
+    ),
+    "resume-accepts-other-data": Mutant(
+        "--resume against different private data",
+        "wasp_vllm/pipeline.py",
+        (('state["data_fingerprint"] != self.ctx.private.fingerprint()', "False"),),
+        (
+            "tests/test_reliability.py::test_fingerprint_of_the_private_data_is_keyed_and_stays_with_the_operator",
+        ),
+    ),
+    "resume-restarts-from-round-0": Mutant(
+        "--resume quietly starts again from round 0 (same bytes: rounds are deterministic)",
+        "wasp_vllm/pipeline.py",
+        (
+            (
+                "        if state is None:\n            return self._fresh_state()",
+                "        if True:\n            return self._fresh_state()",
+            ),
+        ),
+        (f"{NOISE}::test_noise_key_is_secret_private_and_read_back_on_resume",),
+    ),
+    "plain-hash-published": Mutant(
+        "a plain SHA-256 of the records in the manifest",
+        "wasp_vllm/pipeline.py",
+        (
+            (
+                '"source": ctx.cfg.private},',
+                '"source": ctx.cfg.private, "sha": hashlib.sha256("".join(ctx.private.texts).encode()).hexdigest()},',
+            ),
+        ),
+        (f"{NEIGHBOURS}::test_neighbouring_files_publish_the_same_bytes[replace-a-record]",),
+    ),
+    "record-count-published": Mutant(
+        "the exact number of private records in the manifest",
+        "wasp_vllm/pipeline.py",
+        (('"source": ctx.cfg.private},', '"source": ctx.cfg.private, "records": len(ctx.private)},'),),
+        (f"{NEIGHBOURS}::test_neighbouring_files_publish_the_same_bytes[remove-rare-label-record]",),
+    ),
+    "empty-label-warned-at-default-level": Mutant(
+        "a warning at the default level names the labels without private records",
+        "wasp_vllm/data.py",
+        (
+            (
+                'debug_private(logger, "%s: labels with no records',
+                'logger.warning("%s: labels with no records',
+            ),
+        ),
+        (f"{NEIGHBOURS}::test_neighbouring_files_publish_the_same_bytes[remove-rare-label-record]",),
+    ),
+    "unstable-m-draw": Mutant(
+        "the --m draw runs over positions, so one record more or less moves many",
+        "wasp_vllm/privacy/sampling.py",
+        (
+            (
+                '    kept = _order(records, range(len(records)), "select", seed)[:m]',
+                "    kept = list(np.random.default_rng(seed).permutation(len(records))[:m])",
+            ),
+        ),
+        ("tests/test_sampling.py::test_one_record_more_or_less_swaps_at_most_one_drawn_record",),
+    ),
+    "no-contribution-bounding": Mutant(
+        "user-level DP without dropping a user's records beyond the public cap",
+        "wasp_vllm/data.py",
+        (
+            (
+                "        data = data.subset(bound_contributions(data.records(), units.tolist(), cap, seed))",
+                "        pass",
+            ),
+        ),
+        (
+            "tests/test_strategies.py::test_removing_a_heavy_user_moves_the_real_votes_by_at_most_the_sensitivity",
+        ),
+    ),
+    "federated-noise-from-a-short-seed": Mutant(
+        "each party's noise from a 31-bit seed that can be brute-forced",
+        "wasp_vllm/pipeline.py",
+        (
+            (
+                'noise=lambda party: secret.generator("federated-vote", t, party),',
+                "noise=lambda party: np.random.default_rng([t, party, 7 & 0x7FFFFFFF]),",
+            ),
+        ),
+        (f"{NOISE}::test_federated_noise_comes_from_the_full_secret_key",),
+    ),
+    "empty-parties-add-no-noise": Mutant(
+        "only parties holding records add noise, so the total depends on the data",
+        "wasp_vllm/privacy/federated.py",
+        (("        ids = np.arange(n_parties, dtype=np.int64)", "        pass"),),
+        ("tests/test_federated.py::test_every_party_of_the_roster_adds_noise_even_without_records",),
+    ),
+    "private-timings-published": Mutant(
+        "the time spent embedding private records and voting goes into the manifest",
+        "wasp_vllm/pipeline.py",
+        ((' if not k.startswith("private:")}', "}"),),
+        (f"{NOISE}::test_published_timings_leave_out_private_work",),
+    ),
+    "hot-pate-noise-from-public-seed": Mutant(
+        "Hot PATE's noise drawn from the public --seed",
+        "wasp_vllm/cli.py",
+        (
+            (
+                'noise_rng=secret.generator("hotpate"),',
+                'noise_rng=__import__("numpy").random.default_rng(seed),',
+            ),
+        ),
+        ("tests/test_hotpate.py::test_the_cli_draws_hot_pate_noise_from_a_secret_key",),
+    ),
+    "hot-pate-noise-from-coordination-stream": Mutant(
+        "Hot PATE's aggregation draws its noise from the public coordination randomness",
+        "wasp_vllm/hotpate/generate.py",
+        (("self.aggregator(hist, self.rng, self.noise_rng)", "self.aggregator(hist, self.rng)"),),
+        ("tests/test_hotpate.py::test_the_noise_comes_from_its_own_stream_not_the_public_randomness",),
+    ),
+    "paper-formula-trusted-above-epsilon-1": Mutant(
+        "the ledger checks a paper-mode run with the paper's formula only",
+        "wasp_vllm/privacy/accountant.py",
+        (
+            ("        if max(after, claimed) > self.epsilon", "        if claimed > self.epsilon"),
+            ("    if eps_exact > epsilon * (1.0 + BUDGET_RTOL):", "    if False:"),
+        ),
+        ("tests/test_accountant.py::test_paper_formula_that_under_noises_is_refused",),
+    ),
+    "noise-seed-in-config-fingerprint": Mutant(
+        "the config fingerprint hashes the noise seed (brute-forceable when small)",
+        "wasp_vllm/config.py",
+        (('            "noise_seed",\n        )', "        )"),),
+        (f"{NOISE}::test_the_config_fingerprint_does_not_hash_the_noise_seed",),
+    ),
+    "quarter-noise": Mutant(
+        "the Gaussian mechanism adds a quarter of its noise",
+        "wasp_vllm/privacy/voting.py",
+        (("noise = rng.normal(0.0, sigma, size=", "noise = rng.normal(0.0, sigma / 4, size="),),
+        ("tests/test_audit.py::test_the_released_votes_are_no_more_distinguishable_than_claimed",),
+    ),
+    "fid-not-marked-operator-only": Mutant(
+        "evaluate's FID against the raw private set is reported as a publishable figure",
+        "wasp_vllm/evaluate/runner.py",
+        (("        result[OPERATOR_ONLY] = {", '        result["fid_report"] = {'),),
+        ("tests/test_evaluate.py::test_evaluate_synthetic_end_to_end",),
+    ),
+}
+
+
+def _plant(mutant: Mutant, scratch: Path) -> None:
+    for folder in ("wasp_vllm", "tests"):
+        shutil.copytree(ROOT / folder, scratch / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", scratch / "pyproject.toml")
+    path = scratch / mutant.file
+    text = path.read_text()
+    for old, new in mutant.edits:
+        assert text.count(old) == 1, f"the code this mutant changes was rewritten (not found): {old!r}"
+        text = text.replace(old, new)
+    path.write_text(text)
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_the_mutant_is_caught(name, tmp_path):
+    mutant = MUTANTS[name]
+    _plant(mutant, tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # cwd first on sys.path: the scratch copy shadows the installed package
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, f"mutant {name} survived ({mutant.why}):\n{proc.stdout[-2000:]}"

@@ -1,0 +1,221 @@
+"""The guarantee holds for every published byte: neighbouring input files publish the same bytes.
+
+Each case runs the real CLI twice, on a private file and on a neighbouring one (a record removed,
+a record replaced, a heavy user removed), with the one computation that reads private data - the
+clean vote histograms - replaced by ``public_votes_double``, a test double that reads public
+inputs only.  Noise, ledger, selection, weights, prompts, files and logs are the real ones.  Every
+published file (``synthetic.parquet``, ``manifest.json`` minus wall-clock timings, the
+``evaluate`` report) and the default-level output must then be byte-identical: anything else
+that depended on the private data - a record count, a hash of the records, a warning about a
+label without records, a selection that shifts with the file - would show.
+
+A FuseGen run never votes, so it runs with no double at all; Hot PATE runs with its private step
+(the teachers' ensemble and its noisy aggregation) doubled.  Generation comes from
+``FakeEngineForUnitTests`` and embeddings from ``HashEmbedderForTests`` (named as such: the subject
+is what leaves a run, not an LLM).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import wasp_vllm.embed
+import wasp_vllm.evaluate.runner
+import wasp_vllm.pipeline
+import wasp_vllm.privacy.federated
+import wasp_vllm.privacy.voting
+from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
+from tests.privacy_checks import private_texts
+from wasp_vllm.cli import app
+
+LABELS = ["positive", "neutral", "negative"]
+TIMESTAMP = re.compile(r"\[\d\d/\d\d/\d\d \d\d:\d\d:\d\d\]|\d+:\d\d:\d\d")
+
+
+def public_votes_double(private_emb, private_labels, synth_emb, synth_labels, q):
+    """TEST DOUBLE of the clean vote histograms: a function of the synthetic set alone."""
+    del private_emb, private_labels, q  # what a vote may depend on is exactly what this ignores
+    score = np.asarray(synth_emb, dtype=np.float64) @ np.linspace(-1.0, 1.0, np.shape(synth_emb)[1])
+    calls.append(len(score))
+    return score + 0.1 * np.asarray(synth_labels), -score
+
+
+calls: list[int] = []
+PUBLIC_TEST = [{"text": t, "label": LABELS[i % 3]} for i, t in enumerate(private_texts(12, seed=99))]
+
+
+@pytest.fixture(autouse=True)
+def doubles(monkeypatch):
+    calls.clear()
+    monkeypatch.setattr(
+        wasp_vllm.pipeline, "_default_engine_factory", lambda name, cfg: FakeEngineForUnitTests(name)
+    )
+    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
+    monkeypatch.setattr(wasp_vllm.evaluate.runner, "_make_embedder", lambda spec: HashEmbedderForTests())
+    monkeypatch.setattr("wasp_vllm.config.check_models", lambda cfg: None)
+    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)
+
+
+def vote_double(monkeypatch) -> None:
+    monkeypatch.setattr(wasp_vllm.privacy.voting, "clean_histograms", public_votes_double)
+    monkeypatch.setattr(wasp_vllm.privacy.federated, "clean_histograms", public_votes_double)
+
+
+def rows(n: int = 30, users: bool = False) -> list[dict[str, str]]:
+    """Records of made-up words; record 1 is the only 'neutral' one (a rare label)."""
+    texts = private_texts(n, seed=11)
+    labels = ["neutral" if i == 1 else ["positive", "negative"][i % 2] for i in range(n)]
+    out = [{"text": t, "label": lab} for t, lab in zip(texts, labels, strict=True)]
+    if users:
+        for i, row in enumerate(out):
+            row["user"] = "heavy" if i < 8 else f"u{i % 6}"
+    return out
+
+
+def write(folder: Path, records: list[dict[str, str]]) -> None:
+    """The private file, and a public test set that is the same in every folder."""
+    folder.mkdir(parents=True)
+    for name, rows_ in (("private.csv", records), ("test.csv", PUBLIC_TEST)):
+        header = list(rows_[0])
+        lines = [",".join(header)] + [",".join(r[h] for h in header) for r in rows_]
+        (folder / name).write_text("\n".join(lines) + "\n")
+
+
+def published(folder: Path, monkeypatch, args: list[str]) -> dict[str, str]:
+    """Run generate (and evaluate) in ``folder``; return every published byte, timings removed."""
+    monkeypatch.chdir(folder)
+    argv = ["generate", "--plms", "a,b", "--private", "private.csv", "--n", "36", "--rounds", "3",
+            "--q", "2", "--s", "2", "--noise-seed", "5", "--out", "out", *args]  # fmt: skip
+    gen = CliRunner().invoke(app, argv)
+    assert gen.exit_code == 0, gen.output
+    ev = CliRunner().invoke(app, ["evaluate", "--synthetic", "out/synthetic.parquet", "--test", "test.csv"])
+    assert ev.exit_code == 0, ev.output
+    manifest = json.loads((folder / "out" / "manifest.json").read_text())
+    for key in ("timings_s", "tokens_per_s"):  # wall-clock timings of public work may differ
+        manifest.pop(key)
+    for record in manifest["rounds"]:
+        record.pop("seconds")
+    return {
+        "synthetic.parquet": (folder / "out" / "synthetic.parquet").read_bytes().hex(),
+        "manifest.json": json.dumps(manifest, sort_keys=True),
+        "default-level output": "\n".join(
+            line.strip() for line in TIMESTAMP.sub("", gen.output).splitlines()
+        ),
+        "evaluate report (no private set)": _evaluate_report(ev.output),
+    }
+
+
+def _evaluate_report(output: str) -> str:
+    report = json.loads(output[output.index("{") :])
+    return json.dumps(report, sort_keys=True)
+
+
+def assert_same(a: dict[str, str], b: dict[str, str]) -> None:
+    for name in a:
+        assert a[name] == b[name], f"{name} differs between neighbouring data sets"
+
+
+def run_pair(tmp_path, monkeypatch, first, second, args) -> None:
+    write(tmp_path / "d", first)
+    write(tmp_path / "d-prime", second)
+    a = published(tmp_path / "d", monkeypatch, args)
+    b = published(tmp_path / "d-prime", monkeypatch, args)
+    assert_same(a, b)
+
+
+CASES = {
+    # the only record of a rare label: its label then has no record at all
+    "remove-rare-label-record": (lambda r: r[:1] + r[2:], ["--m", "100"]),
+    "replace-a-record": (lambda r: r[:5] + [{**r[5], "text": "zzz " + r[5]["text"][::-1]}] + r[6:], []),
+    "remove-a-drawn-record": (lambda r: r[:3] + r[4:], ["--m", "12"]),
+    "federated-remove": (lambda r: r[:7] + r[8:], ["--parties", "3"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_neighbouring_files_publish_the_same_bytes(tmp_path, monkeypatch, case):
+    change, args = CASES[case]
+    vote_double(monkeypatch)
+    records = rows()
+    if case == "remove-a-drawn-record":  # make sure the removed record is one the draw keeps
+        from wasp_vllm.data import load_private
+        from wasp_vllm.tasks import get_task
+
+        write(tmp_path / "probe", records)
+        drawn = load_private(
+            str(tmp_path / "probe" / "private.csv"), get_task("drugs"), limit=12, seed=0
+        ).texts
+        assert records[3]["text"] in drawn
+    run_pair(tmp_path, monkeypatch, records, change(records), args)
+    assert calls, "the vote double was never called: the test would prove nothing"
+
+
+def test_removing_a_heavy_user_publishes_the_same_bytes(tmp_path, monkeypatch):
+    vote_double(monkeypatch)
+    records = rows(users=True)
+    without_heavy = [r for r in records if r["user"] != "heavy"]
+    args = ["--user-col", "user", "--privacy-unit", "user", "--max-records-per-user", "2"]
+    run_pair(tmp_path, monkeypatch, records, without_heavy, args)
+    assert calls
+
+
+def test_fusegen_never_votes_and_publishes_the_same_bytes_without_any_double(tmp_path, monkeypatch):
+    records = rows()
+    run_pair(tmp_path, monkeypatch, records, records[:1] + records[2:], ["--strategy", "fusegen"])
+
+
+def test_the_check_can_fail(tmp_path, monkeypatch):
+    """Without the double the real votes differ between the files, and the comparison sees it."""
+    records = rows()
+    write(tmp_path / "d", records)
+    write(tmp_path / "d-prime", records[:1] + records[2:])
+    a = published(tmp_path / "d", monkeypatch, [])
+    b = published(tmp_path / "d-prime", monkeypatch, [])
+    with pytest.raises(AssertionError, match="differs"):
+        assert_same(a, b)
+
+
+def test_hot_pate_with_its_private_step_doubled_publishes_the_same_bytes(tmp_path, monkeypatch):
+    """Teachers hold the private records; the double of their noisy aggregation reads only the
+    public prompt's distribution (and still charges the ledger), so nothing else may differ."""
+    import types
+
+    import wasp_vllm.hotpate.generate as hotpate
+    from tests.test_hotpate import StubSource
+
+    def select_double(self, teacher_probs, public_probs, tokens_so_far):
+        """TEST DOUBLE of the private token step: the public prompt's likeliest token."""
+        del teacher_probs  # the private part
+        calls.append(1)
+        if not self._charge():
+            return hotpate.TokenDecision(None, "budget", 0)
+        return hotpate.TokenDecision(int(np.argmax(public_probs)), "private", 1)
+
+    monkeypatch.setattr(hotpate, "load_lm", lambda *a, **k: types.SimpleNamespace(name="stub-lm"))
+    monkeypatch.setattr(hotpate, "TeacherEnsembleLM", lambda lm, prompts, temperature: StubSource(prompts))
+    monkeypatch.setattr(hotpate.PrivateTokenSelector, "select", select_double)
+    records = rows()
+
+    def run(folder: Path, data: list[dict[str, str]]) -> dict[str, str]:
+        write(folder, data)
+        monkeypatch.chdir(folder)
+        argv = ["hotpate", "--private", "private.csv", "--n", "4", "--teachers", "4", "--max-tokens", "5",
+                "--epsilon", "50", "--out", "out"]  # fmt: skip
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 0, result.output
+        return {
+            "synthetic.parquet": (folder / "out" / "synthetic.parquet").read_bytes().hex(),
+            "manifest.json": (folder / "out" / "manifest.json").read_text(),
+            "default-level output": "\n".join(
+                x.strip() for x in TIMESTAMP.sub("", result.output).splitlines()
+            ),
+        }
+
+    assert_same(run(tmp_path / "d", records), run(tmp_path / "d-prime", records[:1] + records[2:]))
+    assert calls
