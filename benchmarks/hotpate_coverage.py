@@ -29,7 +29,7 @@ keep both up to thresholds near n.  A second table runs the actual noisy aggrega
 Gaussian release each) at a few noise scales.
 
 Run ``python benchmarks/hotpate_coverage.py [--quick]``; writes
-``benchmarks/results/hotpate_coverage.md`` and ``.png``.
+``benchmarks/results/hotpate_coverage.md``, ``.json`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,10 @@ from wasp_vllm.hotpate import (
     TeacherEnsembleLM,
     load_lm,
 )
-from wasp_vllm.privacy.accountant import epsilon_for_sigma
+from wasp_vllm.privacy.gaussian import epsilon_for_sigma
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402 - the benchmarks' reporting helper, next to this file
 
 log = logging.getLogger("hotpate_coverage")
 
@@ -238,11 +242,7 @@ def aggregation_table(rows: list[AggRow]) -> str:
 
 
 def plot(rows: list[Row], path: Path, n: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = report.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for kind, style, color in zip(KINDS, ("o-", "s--"), ("tab:blue", "tab:orange"), strict=True):
         sub = [r for r in rows if r.kind == kind]
@@ -276,6 +276,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "hotpate_coverage")
     args = parser.parse_args(argv)
+    meta = {
+        "command": report.command(__file__, sys.argv[1:] if argv is None else argv),
+        "machine": report.machine(),
+    }
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import torch
 
@@ -295,19 +299,30 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     plot(rows, args.out.with_suffix(".png"), n)
     times = (oc.forward_s, t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t0)
-    report = render(args, n, draws, agg_draws, oc, rows, agg_rows, times)
-    args.out.with_suffix(".md").write_text(report)
-    log.info("%s", report)
+    meta["machine"]["load_end"] = report.load_average()
+    settings = {
+        "model": args.model,
+        "teachers": n,
+        "draws": draws,
+        "aggregation_draws": agg_draws,
+        "seed": args.seed,
+    }
+    tables = {"coverage": [asdict(r) for r in rows], "aggregation": [asdict(r) for r in agg_rows]}
+    report.write_json(
+        args.out.with_suffix(".json"), {**meta, "settings": settings, "timings_s": times, **tables}
+    )
+    text = render(args, n, draws, agg_draws, oc, rows, agg_rows, times, meta)
+    args.out.with_suffix(".md").write_text(text)
+    log.info("%s", text)
 
 
 def render(args: argparse.Namespace, n: int, draws: int, agg_draws: int, oc: Outcomes, rows: list[Row],
-           agg_rows: list[AggRow], times: tuple[float, ...]) -> str:  # fmt: skip
+           agg_rows: list[AggRow], times: tuple[float, ...], meta: dict) -> str:  # fmt: skip
     forward_s, setup_s, draw_s, agg_s, total_s = times
     prompt = PROMPT.format(numbers=", ".join(map(str, (*SHARED, "P"))))
     return "\n".join(
         [
-            "# Hot PATE coverage: coordinated vs independent ensembles",
-            "",
+            *report.header("Hot PATE coverage: coordinated vs independent ensembles", meta),
             f"Model `{args.model}` (transformers, CPU fp32, {args.threads} thread(s)); {n} teachers; "
             f"{draws} draws of the shared randomness per ensemble; seed {args.seed}; "
             f"{oc.probs.shape[1]} outcomes.",

@@ -29,12 +29,10 @@ reproduces its numbers; a real release must leave it unset.
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import logging
 import math
 import os
-import platform
-import shlex
 import statistics
 import sys
 import time
@@ -45,6 +43,9 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import report  # noqa: E402 - the benchmarks' reporting helper, next to this file
 
 log = logging.getLogger("quality")
 
@@ -161,18 +162,12 @@ class EnginePool:
 
     def __call__(self, name: str, cfg: Any) -> _SharedEngine:
         if name not in self.engines:
-            from wasp_vllm.engines import make_engine
+            from wasp_vllm.engines import EngineOptions, make_engine
 
             start = time.perf_counter()
-            self.engines[name] = make_engine(
-                name,
-                self.kind,  # type: ignore[arg-type]
-                seed=0,  # sampling is seeded per request (cfg.seed is part of every request seed)
-                max_model_len=cfg.max_model_len,
-                cpu_kv_cache_gib=cfg.cpu_kv_cache_gib,
-                enforce_eager=cfg.enforce_eager,
-                batch_size=cfg.batch_size,
-            )
+            # seed 0: sampling is seeded per request (cfg.seed is part of every request seed)
+            options = dataclasses.replace(EngineOptions.from_config(cfg), kind=self.kind, seed=0)
+            self.engines[name] = make_engine(name, options)
             self.startup_s[name] = round(time.perf_counter() - start, 2)
             log.info("engine %s (%s) ready in %.1f s", name, self.kind, self.startup_s[name])
         return _SharedEngine(self.engines[name])
@@ -402,15 +397,13 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
     by = aggregate(runs)
     payload["aggregate"] = {k: {kk: vv for kk, vv in v.items() if kk != "runs"} for k, v in by.items()}
     payload["wasp_vs_best_single_augpe"] = wasp_vs_best(by)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
+    report.write_json(stem.with_suffix(".json"), payload)
 
     s = payload["settings"]
     md = [
-        f"# Synthetic-data quality: WASP vs baselines ({'quick' if s['quick'] else 'full'})",
-        "",
-        f"Command: `{payload['command']}`",
-        "",
+        *report.header(
+            f"Synthetic-data quality: WASP vs baselines ({'quick' if s['quick'] else 'full'})", payload
+        ),
         f"Task `{TASK}` (drugs.com reviews; labels positive/neutral/negative; test split: "
         f"{payload.get('n_test', '?')} records, used only for scoring). PLMs: {', '.join(PLMS)} "
         f"(engine `{s['engine']}`); N={s['n']}, T={s['rounds']}, at most {s.get('max_new_tokens')} "
@@ -421,7 +414,7 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
         "generation seeds; FID is against the same M records. Mean ± std over seeds (std only with ≥ 2 "
         "seeds). σ is the per-round noise std of the votes.",
         "",
-        f"Machine: {payload['machine']}. Engine start-up (once, shared by all runs): "
+        "Engine start-up (once, shared by all runs): "
         f"{payload.get('engine_startup_s', {})} s. Total wall time: {payload.get('total_s', 0) / 60:.1f} min"
         + (" (still running)" if not payload.get("finished") else "")
         + ".",
@@ -586,9 +579,8 @@ def main(argv: list[str] | None = None) -> int:
 
     methods = method_grid(args.quick, args.federated_m, args.groups)
     stem = Path(args.out) / args.name
-    command = "python benchmarks/quality.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     payload: dict[str, Any] = {
-        "command": command.strip(),
+        "command": report.command(__file__, sys.argv[1:] if argv is None else argv),
         "settings": {
             "quick": args.quick,
             "engine": args.engine,
@@ -601,9 +593,7 @@ def main(argv: list[str] | None = None) -> int:
             "plms": list(PLMS),
             "max_minutes": args.max_minutes,
         },
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, "
-        + ("GPU" if _gpu() else "no GPU")
-        + ", shared with other jobs",
+        "machine": report.machine(),
         "methods": [{"key": m.key, "label": m.label, "group": m.group, "m": m.m} for m in methods],
         "n_test": len(load_test(TASK, get_task(TASK))),
         "runs": [],
@@ -648,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
             payload["runs"].append(record)
             payload["engine_startup_s"] = dict(pool.startup_s)
             payload["total_s"] = round(time.perf_counter() - start, 1)
+            payload["machine"]["load_end"] = report.load_average()
             if "error" not in record:
                 log.info(
                     "   accuracy %.4f  macro-F1 %.4f  FID %s  (%.0f s)",
@@ -660,20 +651,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         pool.close()
     payload["finished"] = True
+    payload["machine"]["load_end"] = report.load_average()
     payload["total_s"] = round(time.perf_counter() - start, 1)
     write_outputs(payload, stem)
     log.info("wrote %s.{md,json} in %.1f min", stem, payload["total_s"] / 60)
     print(stem.with_suffix(".md").read_text())
     return 0
-
-
-def _gpu() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except ImportError:
-        return False
 
 
 if __name__ == "__main__":

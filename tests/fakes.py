@@ -128,6 +128,29 @@ class HashEmbedderForTests:
         return out / np.where(norms > 0, norms, 1.0)
 
 
+def use_fake_backends(monkeypatch, engines: dict | None = None) -> dict:
+    """Make the CLI and the API run on ``FakeEngineForUnitTests`` and ``HashEmbedderForTests``.
+
+    Replaces the one seam they go through (``wasp_vllm.pipeline.default_backends``) and the
+    resolution of PLM and embedder names (fake PLMs are called "a", "b", ...). Returns the engines
+    by PLM name, filled as the run opens them.
+    """
+    from wasp_vllm.pipeline import Backends
+
+    engines = engines if engines is not None else {}
+
+    def factory(name: str, _cfg: object) -> FakeEngineForUnitTests:
+        return engines.setdefault(name, FakeEngineForUnitTests(name))
+
+    monkeypatch.setattr(
+        "wasp_vllm.pipeline.default_backends", lambda cfg: Backends(factory, HashEmbedderForTests())
+    )
+    monkeypatch.setattr("wasp_vllm.engines.registry.check_plms", lambda specs, kind: None)
+    monkeypatch.setattr("wasp_vllm.embed.resolve_embedder", lambda spec: ("hash-embedder-for-tests", None))
+    monkeypatch.setattr("wasp_vllm.pipeline.loop.gpu_available", lambda: False)  # spares importing torch
+    return engines
+
+
 # --- self-inflicted SIGKILL at a chosen point ------------------------------------------------------
 
 _counts: dict[str, int] = {}
@@ -150,16 +173,16 @@ def _maybe_kill(stage: str) -> None:
 def _install_kill_points() -> None:
     import pyarrow.parquet as pq
 
-    import wasp_vllm.pipeline as pipeline
+    import wasp_vllm.privacy.mechanisms as mechanisms
     import wasp_vllm.store as store
 
-    real_vote = pipeline.noisy_votes
+    real_vote = mechanisms.VotingMechanism.release
 
-    def vote(*args, **kwargs):
+    def vote(self, *args, **kwargs):
         _maybe_kill("vote")
-        return real_vote(*args, **kwargs)
+        return real_vote(self, *args, **kwargs)
 
-    pipeline.noisy_votes = vote
+    mechanisms.VotingMechanism.release = vote
 
     real_write = pq.write_table
 

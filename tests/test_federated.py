@@ -11,24 +11,24 @@ import pytest
 from scipy import stats
 
 from wasp_vllm.privacy import voting
-from wasp_vllm.privacy.federated import (
+from wasp_vllm.privacy.federated import federated_guarantee, federated_noisy_votes, party_noise_std
+from wasp_vllm.privacy.key_agreement import (
     MODP14_G,
     MODP14_P,
     MODP14_Q,
+    Modp14KeyAgreement,
+    SecureAggregationError,
+    X25519KeyAgreement,
+    mask_stream,
+    pair_seed,
+    x25519_available,
+)
+from wasp_vllm.privacy.secagg import (
     AggregationServer,
     FixedPointCodec,
     FixedPointOverflowError,
-    Modp14KeyAgreement,
     Party,
-    SecureAggregationError,
-    X25519KeyAgreement,
-    federated_guarantee,
-    federated_noisy_votes,
-    mask_stream,
-    pair_seed,
-    party_noise_std,
     secure_sum,
-    x25519_available,
 )
 
 SCHEMES = [
@@ -396,7 +396,7 @@ def test_every_party_of_the_roster_adds_noise_even_without_records() -> None:
 def test_falls_back_to_pure_python_dh_without_cryptography(monkeypatch) -> None:
     import sys
 
-    from wasp_vllm.privacy.federated import default_key_agreement
+    from wasp_vllm.privacy.key_agreement import default_key_agreement
 
     for name in [m for m in sys.modules if m == "cryptography" or m.startswith("cryptography.")]:
         monkeypatch.delitem(sys.modules, name)

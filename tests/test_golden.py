@@ -36,8 +36,8 @@ BASE = dict(plms=["a", "b"], task="drugs", private="private.csv", private_limit=
 CASES: dict[str, dict] = {
     "wasp": {},
     "wasp-m": {"private_limit": 20},
-    "wasp-no-contrast": {"contrastive": False},
-    "wasp-no-weighting": {"weighting": False},
+    "wasp-no-contrast": {"strategy": "wasp-no-contrast"},
+    "wasp-no-weighting": {"strategy": "wasp-no-weighting"},
     "wasp-paper-accountant": {"accountant": "paper"},
     "aug-pe": {"strategy": "aug-pe", "plms": ["a"]},
     "fusegen": {"strategy": "fusegen"},
@@ -53,9 +53,25 @@ def _write_private(folder: Path) -> None:
     (folder / "private.csv").write_text("text,label,user\n" + "\n".join(rows) + "\n")
 
 
+def _renamed(golden: dict) -> dict:
+    """Fields deliberately renamed since the golden files were recorded (issue 13): the ablations
+    were the settings ``contrastive`` / ``weighting`` and are now strategies of their own."""
+    config = golden["config"]
+    if not config.pop("contrastive", True):
+        config["strategy"] += "-no-contrast"
+    if not config.pop("weighting", True):
+        config["strategy"] += "-no-weighting"
+    return golden
+
+
+#: Fields added to a round's record since the golden files were recorded (issue 14).
+ADDED_ROUND_FIELDS = ("missing",)
+
+
 def _comparable_manifest(manifest: dict) -> dict:
     manifest = {k: v for k, v in manifest.items() if k not in ("timings_s", "tokens_per_s", "versions")}
-    manifest["rounds"] = [{k: v for k, v in r.items() if k != "seconds"} for r in manifest["rounds"]]
+    drop = ("seconds", *ADDED_ROUND_FIELDS)
+    manifest["rounds"] = [{k: v for k, v in r.items() if k not in drop} for r in manifest["rounds"]]
     return manifest
 
 
@@ -75,8 +91,9 @@ def test_strategy_output_is_unchanged(case, tmp_path, monkeypatch):
     if UPDATE:
         GOLDEN.mkdir(exist_ok=True)
         golden_parquet.write_bytes(produced.read_bytes())
-        golden_manifest.write_text(text)
-    assert text == golden_manifest.read_text(), f"{case}: the manifest changed"
+        golden_manifest.write_text(text)  # (recorded before issue 13's renames: see _renamed)
+    expected = json.dumps(_renamed(json.loads(golden_manifest.read_text())), indent=1, sort_keys=True) + "\n"
+    assert text == expected, f"{case}: the manifest changed"
     writers = {pq.ParquetFile(p).metadata.created_by for p in (golden_parquet, produced)}
     if len(writers) == 1:
         assert produced.read_bytes() == golden_parquet.read_bytes(), f"{case}: synthetic.parquet changed"

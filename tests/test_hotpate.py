@@ -266,7 +266,7 @@ def test_ledger_stops_generation_early_and_says_so():
     assert report["epsilon_spent"] <= 20.0 * (1 + 1e-9)
     assert report["releases"] == report["ledger"]["compositions"] > 0
     # one more release would have gone over the budget
-    from wasp_vllm.privacy.accountant import epsilon_for_sigma
+    from wasp_vllm.privacy.gaussian import epsilon_for_sigma
 
     assert epsilon_for_sigma(2.0, 1e-5, math.sqrt(2), report["releases"] + 1) > 20.0
     assert report["records_written"] >= 2

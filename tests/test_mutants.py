@@ -35,30 +35,25 @@ NOISE = "tests/test_noise.py"
 NEIGHBOURS = "tests/test_neighbouring.py"
 MUTANTS = {
     "central-noise-sigma-over-100": Mutant(
-        "the run loop hands the noise step sigma/100 while ledger and manifest report sigma",
-        "wasp_vllm/pipeline.py",
-        (("synth_emb, synth_labels, q, sigma, rng)", "synth_emb, synth_labels, q, sigma / 100, rng)"),),
+        "the noise step gets sigma/100 while ledger and manifest report sigma",
+        "wasp_vllm/privacy/mechanisms.py",
+        (("self.q, self.sigma, rng)", "self.q, self.sigma / 100, rng)"),),
         (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[False]",),
     ),
     "federated-noise-sigma-over-100": Mutant(
         "the same on the federated path",
-        "wasp_vllm/pipeline.py",
-        (
-            (
-                "                sigma,\n                noise=lambda",
-                "                sigma / 100,\n                noise=lambda",
-            ),
-        ),
+        "wasp_vllm/privacy/mechanisms.py",
+        (("            self.sigma,\n", "            self.sigma / 100,\n"),),
         (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[True]",),
     ),
     "private-record-logged-lower-case": Mutant(
         "a private record logged lower-cased at DEBUG",
-        "wasp_vllm/pipeline.py",
+        "wasp_vllm/pipeline/context.py",
         (
             (
-                "    validate_against_data(cfg, task, private)\n",
-                "    validate_against_data(cfg, task, private)\n"
-                "    log.debug('%s', private.texts[0].lower())\n",
+                "    validate_against_data(cfg, strategy, task, private)\n",
+                "    validate_against_data(cfg, strategy, task, private)\n"
+                "    __import__('logging').getLogger('wasp_vllm').debug('%s', private.texts[0].lower())\n",
             ),
         ),
         ("tests/test_reliability.py::test_private_text_never_leaves_a_cli_run",),
@@ -78,50 +73,51 @@ MUTANTS = {
         (("secret.to_text()), mode=0o600)", "secret.to_text()), mode=0o644)"),),
         (f"{NOISE}::test_noise_key_is_secret_private_and_read_back_on_resume",),
     ),
-    "noise-key-in-state": Mutant(
-        "the noise key is copied into state.json",
-        "wasp_vllm/pipeline.py",
+    "noise-key-in-state-and-manifest": Mutant(
+        "the noise key is copied into the run state (and from there the manifest)",
+        "wasp_vllm/pipeline/loop.py",
         (
             (
-                '            "completed_rounds": 0,',
-                '            "key": self.secret.to_text() if self.secret else None,\n            "completed_rounds": 0,',
+                "                active=list(self.cfg.plms),\n",
+                "                active=list(self.cfg.plms),\n"
+                "                dropped={'key': secret.to_text()} if secret else {},\n",
             ),
         ),
         (f"{NOISE}::test_noise_key_is_secret_private_and_read_back_on_resume",),
     ),
     "resume-accepts-other-data": Mutant(
         "--resume against different private data",
-        "wasp_vllm/pipeline.py",
-        (('state["data_fingerprint"] != self.ctx.private.fingerprint()', "False"),),
+        "wasp_vllm/pipeline/loop.py",
+        (("state.data_fingerprint != self.ctx.private.fingerprint()", "False"),),
         (
             "tests/test_reliability.py::test_fingerprint_of_the_private_data_is_keyed_and_stays_with_the_operator",
         ),
     ),
     "resume-restarts-from-round-0": Mutant(
         "--resume quietly starts again from round 0 (same bytes: rounds are deterministic)",
-        "wasp_vllm/pipeline.py",
+        "wasp_vllm/pipeline/loop.py",
         (
             (
-                "        if state is None:\n            return self._fresh_state()",
-                "        if True:\n            return self._fresh_state()",
+                "        if state is None:\n            state = RunState(",
+                "        if True:\n            state = RunState(",
             ),
         ),
         (f"{NOISE}::test_noise_key_is_secret_private_and_read_back_on_resume",),
     ),
     "plain-hash-published": Mutant(
         "a plain SHA-256 of the records in the manifest",
-        "wasp_vllm/pipeline.py",
+        "wasp_vllm/pipeline/manifest.py",
         (
             (
                 '"source": ctx.cfg.private},',
-                '"source": ctx.cfg.private, "sha": hashlib.sha256("".join(ctx.private.texts).encode()).hexdigest()},',
+                '"source": ctx.cfg.private, "sha": __import__("hashlib").sha256("".join(ctx.private.texts).encode()).hexdigest()},',
             ),
         ),
         (f"{NEIGHBOURS}::test_neighbouring_files_publish_the_same_bytes[replace-a-record]",),
     ),
     "record-count-published": Mutant(
         "the exact number of private records in the manifest",
-        "wasp_vllm/pipeline.py",
+        "wasp_vllm/pipeline/manifest.py",
         (('"source": ctx.cfg.private},', '"source": ctx.cfg.private, "records": len(ctx.private)},'),),
         (f"{NEIGHBOURS}::test_neighbouring_files_publish_the_same_bytes[remove-rare-label-record]",),
     ),
@@ -162,11 +158,11 @@ MUTANTS = {
     ),
     "federated-noise-from-a-short-seed": Mutant(
         "each party's noise from a 31-bit seed that can be brute-forced",
-        "wasp_vllm/pipeline.py",
+        "wasp_vllm/privacy/mechanisms.py",
         (
             (
-                'noise=lambda party: secret.generator("federated-vote", t, party),',
-                "noise=lambda party: np.random.default_rng([t, party, 7 & 0x7FFFFFFF]),",
+                'noise=lambda party: secret.generator("federated-vote", round_index, party),',
+                'noise=lambda party: __import__("numpy").random.default_rng([round_index, party, 7]),',
             ),
         ),
         (f"{NOISE}::test_federated_noise_comes_from_the_full_secret_key",),
@@ -179,13 +175,13 @@ MUTANTS = {
     ),
     "private-timings-published": Mutant(
         "the time spent embedding private records and voting goes into the manifest",
-        "wasp_vllm/pipeline.py",
+        "wasp_vllm/pipeline/manifest.py",
         ((' if not k.startswith("private:")}', "}"),),
         (f"{NOISE}::test_published_timings_leave_out_private_work",),
     ),
     "hot-pate-noise-from-public-seed": Mutant(
         "Hot PATE's noise drawn from the public --seed",
-        "wasp_vllm/cli.py",
+        "wasp_vllm/cli/commands.py",
         (
             (
                 'noise_rng=secret.generator("hotpate"),',
@@ -196,7 +192,7 @@ MUTANTS = {
     ),
     "hot-pate-noise-from-coordination-stream": Mutant(
         "Hot PATE's aggregation draws its noise from the public coordination randomness",
-        "wasp_vllm/hotpate/generate.py",
+        "wasp_vllm/hotpate/selector.py",
         (("self.aggregator(hist, self.rng, self.noise_rng)", "self.aggregator(hist, self.rng)"),),
         ("tests/test_hotpate.py::test_the_noise_comes_from_its_own_stream_not_the_public_randomness",),
     ),
@@ -212,7 +208,7 @@ MUTANTS = {
     "noise-seed-in-config-fingerprint": Mutant(
         "the config fingerprint hashes the noise seed (brute-forceable when small)",
         "wasp_vllm/config.py",
-        (('            "noise_seed",\n        )', "        )"),),
+        ((', "sleep_mode", "noise_seed")', ', "sleep_mode")'),),
         (f"{NOISE}::test_the_config_fingerprint_does_not_hash_the_noise_seed",),
     ),
     "quarter-noise": Mutant(
@@ -224,7 +220,12 @@ MUTANTS = {
     "fid-not-marked-operator-only": Mutant(
         "evaluate's FID against the raw private set is reported as a publishable figure",
         "wasp_vllm/evaluate/runner.py",
-        (("        result[OPERATOR_ONLY] = {", '        result["fid_report"] = {'),),
+        (
+            (
+                "        result[OPERATOR_ONLY] = _operator_figures(",
+                '        result["fid_report"] = _operator_figures(',
+            ),
+        ),
         ("tests/test_evaluate.py::test_evaluate_synthetic_end_to_end",),
     ),
 }

@@ -25,12 +25,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import wasp_vllm.embed
 import wasp_vllm.evaluate.runner
-import wasp_vllm.pipeline
 import wasp_vllm.privacy.federated
 import wasp_vllm.privacy.voting
-from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
+from tests.fakes import HashEmbedderForTests, use_fake_backends
 from tests.privacy_checks import private_texts
 from wasp_vllm.cli import app
 
@@ -53,13 +51,8 @@ PUBLIC_TEST = [{"text": t, "label": LABELS[i % 3]} for i, t in enumerate(private
 @pytest.fixture(autouse=True)
 def doubles(monkeypatch):
     calls.clear()
-    monkeypatch.setattr(
-        wasp_vllm.pipeline, "_default_engine_factory", lambda name, cfg: FakeEngineForUnitTests(name)
-    )
-    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
+    use_fake_backends(monkeypatch)
     monkeypatch.setattr(wasp_vllm.evaluate.runner, "_make_embedder", lambda spec: HashEmbedderForTests())
-    monkeypatch.setattr("wasp_vllm.config.check_models", lambda cfg: None)
-    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)
 
 
 def vote_double(monkeypatch) -> None:
@@ -188,18 +181,19 @@ def test_hot_pate_with_its_private_step_doubled_publishes_the_same_bytes(tmp_pat
 
     import wasp_vllm.hotpate.generate as hotpate
     from tests.test_hotpate import StubSource
+    from wasp_vllm.hotpate.selector import PrivateTokenSelector, TokenDecision
 
     def select_double(self, teacher_probs, public_probs, tokens_so_far):
         """TEST DOUBLE of the private token step: the public prompt's likeliest token."""
         del teacher_probs  # the private part
         calls.append(1)
         if not self._charge():
-            return hotpate.TokenDecision(None, "budget", 0)
-        return hotpate.TokenDecision(int(np.argmax(public_probs)), "private", 1)
+            return TokenDecision(None, "budget", 0)
+        return TokenDecision(int(np.argmax(public_probs)), "private", 1)
 
     monkeypatch.setattr(hotpate, "load_lm", lambda *a, **k: types.SimpleNamespace(name="stub-lm"))
     monkeypatch.setattr(hotpate, "TeacherEnsembleLM", lambda lm, prompts, temperature: StubSource(prompts))
-    monkeypatch.setattr(hotpate.PrivateTokenSelector, "select", select_double)
+    monkeypatch.setattr(PrivateTokenSelector, "select", select_double)
     records = rows()
 
     def run(folder: Path, data: list[dict[str, str]]) -> dict[str, str]:

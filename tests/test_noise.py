@@ -96,7 +96,7 @@ def test_noise_key_is_secret_private_and_read_back_on_resume(tmp_path):
     key = store.key_path.read_text()
     assert store.key_path.stat().st_mode & 0o777 == 0o600
     assert store.private.stat().st_mode & 0o777 == 0o700
-    assert RunStore(out).load_state()["completed_rounds"] == 1  # round 0 voted with the key
+    assert RunStore(out).load_state().completed_rounds == 1  # round 0 voted with the key
 
     engines: dict = {}
     manifest = run(cfg, out, engines, resume=True)
@@ -152,16 +152,16 @@ def test_resume_refuses_another_noise_seed(tmp_path):
 
 def test_federated_noise_comes_from_the_full_secret_key(tmp_path, monkeypatch):
     """Each party's share is a stream of the 256-bit run secret (never a short, guessable seed)."""
-    import wasp_vllm.privacy.federated as federated
+    import wasp_vllm.privacy.mechanisms as mechanisms
 
     streams = []
-    real = federated.federated_noisy_votes
+    real = mechanisms.federated_noisy_votes
 
     def spy(*args, noise, **kwargs):
         streams.append([noise(p) for p in range(3)])
         return real(*args, noise=noise, **kwargs)
 
-    monkeypatch.setattr(federated, "federated_noisy_votes", spy)
+    monkeypatch.setattr(mechanisms, "federated_noisy_votes", spy)
     run(config(write_private(tmp_path / "p.csv"), parties=3), tmp_path / "out")
     assert len(streams) == 2  # T=3: two voting rounds
     seeds = [g.bit_generator.seed_seq.entropy for per_round in streams for g in per_round]

@@ -165,16 +165,17 @@ def test_all_engines_failing_stops_with_clear_error(tmp_path, private_csv, embed
 
 
 @pytest.mark.parametrize("mode", ["empty", "echo"])
-def test_bad_outputs_are_regenerated_never_padded(tmp_path, private_csv, embedder, mode):
+def test_bad_outputs_are_regenerated_and_made_up_by_the_other_plm(tmp_path, private_csv, embedder, mode):
     engines = {"a": FakeEngineForUnitTests("a"), "b": FakeEngineForUnitTests("b", mode=mode)}
     manifest = run(make_cfg(private_csv, max_attempts=2), tmp_path / "out", embedder, engines=engines)
     table = pq.read_table(tmp_path / "out" / "synthetic.parquet")
     texts = table.column("text").to_pylist()
-    assert len(texts) == len(set(texts))
+    assert len(texts) == len(set(texts)) == 36  # exactly N: a wrote what b could not, never a copy
     assert set(table.column("plm").to_pylist()) == {"a"}
     first = manifest["rounds"][0]
     assert engines["b"].calls == 2  # round 0: the first try and one regeneration ...
-    assert first["shortfall"]["b"] == first["quotas"]["b"] == 6
+    assert first["shortfall"]["b"] == first["quotas"]["b"] == 6 and first["kept"]["a"] == 12
+    assert all(r["missing"] == 0 for r in manifest["rounds"])
     assert manifest["rounds"][-1]["quotas"]["b"] == 0  # ... then its samples got no votes: weight 0
 
 
@@ -211,7 +212,7 @@ def test_the_same_text_from_two_plms_is_kept_once(tmp_path, private_csv, embedde
     manifest = run(make_cfg(private_csv, max_attempts=1), tmp_path / "out", embedder, engines=engines)
     texts = pq.read_table(tmp_path / "out" / "synthetic.parquet").column("text").to_pylist()
     assert len(texts) == len(set(texts)) == 4
-    assert sum(sum(r["shortfall"].values()) for r in manifest["rounds"]) == 36 - 4
+    assert sum(r["missing"] for r in manifest["rounds"]) == 36 - 4  # no PLM could write anything new
 
 
 def test_rows_carry_the_run_s_plm_name_whatever_the_engine_calls_itself(tmp_path, private_csv, embedder):
@@ -229,12 +230,17 @@ def test_rows_carry_the_run_s_plm_name_whatever_the_engine_calls_itself(tmp_path
 
 @pytest.mark.parametrize(("example_sets", "most_distinct"), [(2, 2), (0, 20)])
 def test_wasp_prompts_share_a_few_example_draws(private_csv, example_sets, most_distinct):
-    from wasp_vllm.pipeline import Pools, RoundInputs, Share, make_slots
+    from wasp_vllm.pipeline.prompts import RoundInputs, Share, make_slots
+    from wasp_vllm.run_state import Pools
+    from wasp_vllm.strategies import STRATEGIES
 
     cfg = make_cfg(private_csv, s=4, example_sets=example_sets)
     pool = [f"review number {i} " + " ".join(WORDS[i : i + 5]) for i in range(12)]
     pools = Pools(good={"positive": pool[:6]}, bad={"positive": pool[6:]})
-    rin = RoundInputs(cfg, prepare(cfg).task, pools, t=1, seen=frozenset(), params=GenerationParams())
+    ctx = prepare(cfg)
+    rin = RoundInputs(
+        cfg, STRATEGIES["wasp"], ctx.task, pools, t=1, seen=frozenset(), params=GenerationParams()
+    )
     slots = make_slots(rin, Share(k=0, quota=20), ["positive"] * 20, attempt=0)
     draws = {slot.examples for slot in slots}
     assert all(slot.kind == "contrastive" for slot in slots)

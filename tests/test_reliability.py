@@ -23,9 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-import wasp_vllm.embed
-import wasp_vllm.pipeline
-from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests
+import wasp_vllm.pipeline.context
+from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
 from tests.privacy_checks import assert_no_leak, files_of, leaks, private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.config import ConfigError, RunConfig
@@ -116,7 +115,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_output(crash_setup, kill_at
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
     assert not (out / "manifest.json").exists() and not (out / "synthetic.parquet").exists()
     state = RunStore(out).load_state()  # the checkpoint on disk is whole and verifies
-    assert state is not None and state["completed_rounds"] == (3 if kill_at == "write_final:1" else 1)
+    assert state is not None and state.completed_rounds == (3 if kill_at == "write_final:1" else 1)
     if kill_at.startswith("write_"):
         assert RunStore(out).stale_temp_files(), "the kill should have left half a file"
     if kill_at == "generate:3":  # once is enough: without --resume the killed run is refused
@@ -229,14 +228,7 @@ def test_private_text_never_leaves_a_cli_run(tmp_path, monkeypatch):
     texts = private_texts(30, seed=5)
     private = tmp_path / "private.csv"
     private.write_text("text,label\n" + "".join(f"{t},{LABELS[i % 3]}\n" for i, t in enumerate(texts)))
-    engines: dict[str, FakeEngineForUnitTests] = {}
-    monkeypatch.setattr(
-        wasp_vllm.pipeline, "_default_engine_factory",
-        lambda name, cfg: engines.setdefault(name, FakeEngineForUnitTests(name)),
-    )  # fmt: skip
-    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
-    monkeypatch.setattr("wasp_vllm.config.check_models", lambda cfg: None)  # fake PLM names a, b
-    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)  # spares importing torch
+    engines = use_fake_backends(monkeypatch)
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
     handler.emit = records.append  # type: ignore[method-assign]
@@ -298,27 +290,22 @@ def test_ledger_refuses_to_exceed_the_budget():
     plan = privacy_plan(cfg)
     ledger = PrivacyLedger(cfg.epsilon, cfg.delta)
     for t in range(2):  # the planned T-1 releases fit, to rounding
-        ledger.record(t, plan.sigma, plan.sensitivity, "add_remove")
+        ledger.record(plan.release(t))
     assert ledger.spent_epsilon() == pytest.approx(1.0, rel=1e-6)
     with pytest.raises(PrivacyBudgetExceeded, match="over the budget epsilon=1"):
-        ledger.record(2, plan.sigma, plan.sensitivity, "add_remove")
+        ledger.record(plan.release(2))
     assert len(ledger.releases) == 2  # refused before it was appended
     with pytest.raises(PrivacyBudgetExceeded):
-        PrivacyLedger(1.0, 1e-5).record(0, plan.sigma / 2, plan.sensitivity, "add_remove")
+        PrivacyLedger(1.0, 1e-5).record(dataclasses.replace(plan.release(0), sigma=plan.sigma / 2))
 
 
 def test_run_with_too_little_noise_is_refused_before_anything_is_released(tmp_path, monkeypatch):
     """Through the CLI: a plan whose sigma would overspend is stopped by the ledger at the first vote."""
-    real = wasp_vllm.pipeline.privacy_plan
+    real = wasp_vllm.pipeline.context.privacy_plan
     monkeypatch.setattr(
-        wasp_vllm.pipeline, "privacy_plan", lambda cfg: dataclasses.replace(real(cfg), sigma=0.05)
+        wasp_vllm.pipeline.context, "privacy_plan", lambda cfg: dataclasses.replace(real(cfg), sigma=0.05)
     )
-    monkeypatch.setattr(
-        wasp_vllm.pipeline, "_default_engine_factory", lambda name, cfg: FakeEngineForUnitTests(name)
-    )
-    monkeypatch.setattr(wasp_vllm.embed, "Embedder", HashEmbedderForTests)
-    monkeypatch.setattr("wasp_vllm.config.check_models", lambda cfg: None)
-    monkeypatch.setattr(wasp_vllm.pipeline, "_gpu_present", lambda: False)
+    use_fake_backends(monkeypatch)
     out = tmp_path / "out"
     private = write_private(tmp_path / "p.csv")
     argv = ["generate", "--plms", "a,b", "--private", str(private), "--n", "36", "--rounds", "3",
@@ -347,7 +334,7 @@ def test_fingerprint_of_the_private_data_is_keyed_and_stays_with_the_operator(tm
     def fingerprint(private: Path, out: str) -> str:
         manifest = run_in_process(RunConfig(**settings(private)), tmp_path / out)
         assert "fingerprint" not in json.dumps(manifest).replace(str(tmp_path), "")
-        return RunStore(tmp_path / out).load_state()["data_fingerprint"]
+        return RunStore(tmp_path / out).load_state().data_fingerprint
 
     first, second = fingerprint(base, "r1"), fingerprint(base, "r2")
     assert first == second and first.startswith("hmac-sha256:")  # the owner compares two runs

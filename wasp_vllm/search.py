@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from wasp_vllm.privacy import debug_private
+from wasp_vllm.logs import debug_private
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
-class Pools:
+class PoolIndices:
     """Per-label in-context pools: global synthetic row indices (int64), best-ranked first.
 
     ``good`` and ``bad`` are disjoint.
@@ -73,7 +73,7 @@ def _ranked(rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return rows[np.lexsort((rows, -scores[rows]))]
 
 
-def _draft(order_good: np.ndarray, order_bad: np.ndarray, s: int) -> Pools:
+def _draft(order_good: np.ndarray, order_bad: np.ndarray, s: int) -> PoolIndices:
     """Alternating draft: good picks its best untaken sample, then bad does, until both hold ``s``.
 
     A sample in both top-S lists thus lands in the pool that reaches it first - the one where its
@@ -99,12 +99,12 @@ def _draft(order_good: np.ndarray, order_bad: np.ndarray, s: int) -> Pools:
             if pb < n:
                 bad.append(int(order_bad[pb]))
                 taken.add(bad[-1])
-    return Pools(good=np.asarray(good, dtype=np.int64), bad=np.asarray(bad, dtype=np.int64))
+    return PoolIndices(good=np.asarray(good, dtype=np.int64), bad=np.asarray(bad, dtype=np.int64))
 
 
 def select_pools(
     h_near: np.ndarray, h_far: np.ndarray, synth_labels: np.ndarray, s: int, n_labels: int
-) -> dict[int, Pools]:
+) -> dict[int, PoolIndices]:
     """Per label: ``good`` = top-``s`` of noisy ``H_near``, ``bad`` = top-``s`` of noisy ``H_far``.
 
     Pools are disjoint (overlaps resolved by :func:`_draft`), ordered best-first, ties to the lower
@@ -116,7 +116,7 @@ def select_pools(
     labels = _int_vector("synth_labels", synth_labels, n_labels)
     near = _float_vector("h_near", h_near, labels.shape[0])
     far = _float_vector("h_far", h_far, labels.shape[0])
-    pools: dict[int, Pools] = {}
+    pools: dict[int, PoolIndices] = {}
     for label in range(n_labels):
         rows = np.flatnonzero(labels == label)
         pools[label] = _draft(_ranked(rows, near), _ranked(rows, far), s)

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.privacy.secrets import RunSecret
+from wasp_vllm.run_state import RunState
 
 PUBLISHED = ("synthetic.parquet", "manifest.json")
 OPERATOR_DIR = "private"
@@ -72,7 +73,7 @@ def sample_schema(dim: int | None = None) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None], mode: int = 0o644) -> None:
+def _atomic_write(path: Path, write: Callable[[Path], object], mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
@@ -180,11 +181,12 @@ class RunStore:
         _atomic_write(self.key_path, lambda tmp: tmp.write_text(secret.to_text()), mode=0o600)
         return secret
 
-    def save_state(self, state: dict[str, Any]) -> None:
-        body = json.dumps(state, sort_keys=True)
-        write_json(self.state_path, {"state": state, "sha256": hashlib.sha256(body.encode()).hexdigest()})
+    def save_state(self, state: RunState) -> None:
+        data = state.to_dict()
+        body = json.dumps(data, sort_keys=True)
+        write_json(self.state_path, {"state": data, "sha256": hashlib.sha256(body.encode()).hexdigest()})
 
-    def load_state(self) -> dict[str, Any] | None:
+    def load_state(self) -> RunState | None:
         """The last finished round's state, verified; None when the run has not finished a round."""
         if not self.state_path.exists():
             return None
@@ -196,11 +198,11 @@ class RunStore:
             raise CheckpointError(f"{self.state_path} is corrupted (not a valid state file)") from None
         if hashlib.sha256(body.encode()).hexdigest() != wrapper.get("sha256"):
             raise CheckpointError(f"{self.state_path} is corrupted (checksum mismatch)")
-        for name, digest in state["round_sha256"].items():
+        for name, digest in state["checksums"].items():
             path = self.private / "rounds" / name
             if not path.exists() or sha256_file(path) != digest:
                 raise CheckpointError(f"checkpoint file rounds/{name} is missing or corrupted (checksum)")
-        return state
+        return RunState.from_dict(state)
 
     def read_round(self, t: int) -> pa.Table:
         return pq.read_table(self.round_path(t))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from wasp_vllm.devices import gpu_available, torch_device
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
 from wasp_vllm.engines.registry import ResolvedPLM
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 class HFEngine:
     """A PLM run with ``transformers`` on CUDA when present, else CPU."""
 
-    def __init__(self, plm: ResolvedPLM, *, device: str | None = None, batch_size: int = 32) -> None:
+    def __init__(self, plm: ResolvedPLM, *, batch_size: int, device: str | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -27,7 +28,7 @@ class HFEngine:
         self.chat = plm.chat
         self.seq2seq = plm.seq2seq
         self.batch_size = batch_size
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch_device(device)
         self._torch = torch
         self._tokenizer = AutoTokenizer.from_pretrained(
             plm.path, padding_side="left", trust_remote_code=plm.trust_remote_code
@@ -37,7 +38,7 @@ class HFEngine:
         auto = AutoModelForSeq2SeqLM if plm.seq2seq else AutoModelForCausalLM
         self._model = auto.from_pretrained(
             plm.path, dtype=torch.bfloat16, trust_remote_code=plm.trust_remote_code
-        ).to(self.device)
+        ).to(self.device)  # type: ignore[arg-type]
         self._model.eval()
         log.info("loaded hf engine %s on %s", self.name, self.device)
 
@@ -81,11 +82,11 @@ class HFEngine:
         results = []
         for row in new_tokens:
             ids = [t for t in row.tolist() if t != self._tokenizer.pad_token_id]
-            text = self._tokenizer.decode(ids, skip_special_tokens=True)
+            text = str(self._tokenizer.decode(ids, skip_special_tokens=True))
             results.append(Completion(truncate_at_stop(text, params.stop), len(ids)))
         return results
 
     def close(self) -> None:
         self._model = None
-        if self._torch.cuda.is_available():
+        if gpu_available():
             self._torch.cuda.empty_cache()

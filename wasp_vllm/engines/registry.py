@@ -84,6 +84,37 @@ class ResolvedPLM:
     trust_remote_code: bool = False
 
 
+def parse_plm(spec: str) -> tuple[str, str | None]:
+    """Split ``name@http://host:port/v1`` into (model, endpoint); plain names have no endpoint."""
+    if "@" in spec:
+        model, url = spec.split("@", 1)
+        if not url.startswith(("http://", "https://")):
+            raise ModelError(f"endpoint of PLM {model!r} must be an http(s) URL")
+        return model, url
+    return spec, None
+
+
+def check_plms(specs: list[str], kind: str) -> None:
+    """Resolve every PLM on this machine, loading none of them.
+
+    Resolution is local and cheap (a preset, a model directory, the local HF cache), so a wrong
+    name or path fails here, before any engine starts. Packaged presets go last: the first
+    resolution of one dequantizes it once (about a minute).
+    """
+    local = []
+    for spec in specs:
+        model, url = parse_plm(spec)
+        if url is None and kind == "openai":
+            raise ModelError(f"the openai engine needs an endpoint: pass {model}@http://host:8000/v1")
+        if url is None:
+            local.append(model)
+    packaged = [m for m in local if m in PRESETS and PRESETS[m].packaged]
+    for model in [m for m in local if m not in packaged] + packaged:
+        plm = resolve_plm(model)
+        if kind == "vllm" and plm.seq2seq:
+            raise ModelError(f"vLLM cannot serve {plm.name} (encoder-decoder); use --engine hf or auto")
+
+
 def cache_dir() -> Path:
     """Where dequantized packaged models live (``WASP_VLLM_CACHE`` overrides)."""
     root = os.environ.get("WASP_VLLM_CACHE") or Path.home() / ".cache" / "wasp-vllm"
@@ -225,13 +256,13 @@ def _dequantize(gguf: Path, out: Path, add_bos: bool) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     if add_bos:
-        tokenizer.add_bos_token = True
+        setattr(tokenizer, "add_bos_token", True)  # noqa: B010 - a read-only property in the type stubs
         if hasattr(tokenizer, "update_post_processor"):
             tokenizer.update_post_processor()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
     # The loaded weights are already dense; drop the GGUF quantization markers so
     # save_pretrained writes a plain checkpoint that vLLM loads as bf16.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out, safe_serialization=True)

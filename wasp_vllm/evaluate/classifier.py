@@ -31,6 +31,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.preprocessing import StandardScaler
 
+from wasp_vllm.devices import torch_device
 from wasp_vllm.evaluate.common import EvaluationError, to_label_indices
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ def fit_predict_bert(
     )
 
     cfg = settings or BertSettings()
-    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch_device(cfg.device)
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     model = AutoModelForSequenceClassification.from_pretrained(
@@ -297,10 +298,7 @@ def train_and_score(
     _check_inputs(test_texts, test_y, "test")
     train_counts = _counts(train_y, label_names)
     missing = [name for name, c in train_counts.items() if c == 0]
-    notes: list[str] = []
-    if missing:
-        notes.append(f"labels absent from the training set (never predicted): {missing}")
-        log.warning("training set lacks %d of %d labels: %s", len(missing), len(label_names), missing)
+    notes = _coverage_notes(missing, label_names)
     present = np.unique(train_y)
     degenerate = present.size == 1
     if degenerate:
@@ -315,18 +313,9 @@ def train_and_score(
 
             embedder = Embedder("auto")
         pred = _predict(
-            model,
-            train_texts,
-            train_y,
-            test_texts,
-            len(label_names),
-            embedder,
-            seed,
-            train_embeddings,
-            test_embeddings,
-            bert_path,
-            bert_settings,
-        )
+            model, train_texts, train_y, test_texts, len(label_names), embedder, seed,
+            train_embeddings, test_embeddings, bert_path, bert_settings,
+        )  # fmt: skip
     return EvalReport(
         model=model,
         accuracy=float(accuracy_score(test_y, pred)),
@@ -342,6 +331,13 @@ def train_and_score(
         seed=seed,
         notes=notes,
     )
+
+
+def _coverage_notes(missing: list[str], label_names: list[str]) -> list[str]:
+    if not missing:
+        return []
+    log.warning("training set lacks %d of %d labels: %s", len(missing), len(label_names), missing)
+    return [f"labels absent from the training set (never predicted): {missing}"]
 
 
 def _embedder_name(model: str, embedder: TextEncoder | None, precomputed: bool) -> str | None:

@@ -53,14 +53,15 @@ def plot_fid_rounds(fid_by_method: Mapping[str, Mapping[int | str, float]], path
     return _save(fig, path)
 
 
+def _bar(std: float | None) -> float:
+    return 0.0 if std is None or math.isnan(float(std)) else float(std)
+
+
 def plot_accuracy(results: Mapping[str, tuple[float, float | None]], path: str | Path) -> Path:
     """Bar chart of downstream accuracy per method with ± std error bars (std None or NaN: no bar)."""
     names = list(results)
     means = [float(results[n][0]) for n in names]
-    stds = [
-        0.0 if results[n][1] is None or math.isnan(float(results[n][1])) else float(results[n][1])
-        for n in names
-    ]
+    stds = [_bar(results[n][1]) for n in names]
     fig = _new_figure(max(5.0, 1.5 + 0.9 * len(names)), 4.0)
     ax = fig.add_subplot()
     bars = ax.bar(range(len(names)), means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)

@@ -134,9 +134,8 @@ def read_synthetic(path: str | os.PathLike[str], task: Any) -> SyntheticSet:
 def _synthetic_embeddings(synth: SyntheticSet, embedder: Any) -> tuple[np.ndarray, bool]:
     """Stored embeddings when they come from this embedder (same dimension, no contrary metadata)."""
     stored = synth.embeddings
-    same_dim = stored is not None and stored.shape[1] == int(embedder.dim)
     same_name = synth.embedder_name is None or synth.embedder_name == getattr(embedder, "name", None)
-    if same_dim and same_name:
+    if stored is not None and stored.shape[1] == int(embedder.dim) and same_name:
         return stored, True
     if stored is not None:
         log.info(
@@ -222,19 +221,13 @@ def evaluate_synthetic(
         "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
         "reused_stored_embeddings": reused,
         "seed": seed,
-        "n_synthetic": len(synth.texts),
-        "n_rows": synth.n_rows,
-        "n_dropped_null_text": synth.n_dropped_null_text,
-        "n_dropped_unknown_label": synth.n_dropped_unknown_label,
-        "label_balance": label_balance(synth.labels, task.labels),
-        "per_plm_counts": _counts(synth.plms),
-        "per_round_counts": _counts(synth.rounds),
+        **_describe_synthetic(synth, task.labels),
         "accuracy": report.accuracy,
         "macro_f1": report.macro_f1,
         "classifier": report.to_dict(),
         "fid_method": fid_method,
     }
-    if private_source is not None:
+    if private_source is not None and enc is not None and synth_emb is not None:
         private = load_private(
             private_source,
             task,
@@ -243,18 +236,38 @@ def evaluate_synthetic(
             limit=private_limit,
             seed=private_seed,
         )
-        private_emb = np.asarray(enc.encode(private.texts), dtype=np.float32)
-        per_round = None
-        if synth.rounds is not None:
-            per_round = fid_per_round(synth_emb, synth.rounds, private_emb, method=fid_method)
-        result[OPERATOR_ONLY] = {
-            "note": OPERATOR_NOTE,
-            "fid": fid(synth_emb, private_emb, method=fid_method),
-            "fid_per_round": per_round,
-            "n_private": len(private),
-        }
+        result[OPERATOR_ONLY] = _operator_figures(synth, synth_emb, enc.encode(private.texts), fid_method)
     log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
     return result
+
+
+def _describe_synthetic(synth: SyntheticSet, label_names: list[str]) -> dict[str, Any]:
+    """Counts of the synthetic set (public: the synthetic set is)."""
+    return {
+        "n_synthetic": len(synth.texts),
+        "n_rows": synth.n_rows,
+        "n_dropped_null_text": synth.n_dropped_null_text,
+        "n_dropped_unknown_label": synth.n_dropped_unknown_label,
+        "label_balance": label_balance(synth.labels, label_names),
+        "per_plm_counts": _counts(synth.plms),
+        "per_round_counts": _counts(synth.rounds),
+    }
+
+
+def _operator_figures(
+    synth: SyntheticSet, synth_emb: np.ndarray, private_emb: Any, fid_method: str
+) -> dict[str, Any]:
+    """FID of the synthetic set against the raw private records: outside the DP accounting."""
+    private_emb = np.asarray(private_emb, dtype=np.float32)
+    per_round = None
+    if synth.rounds is not None:
+        per_round = fid_per_round(synth_emb, synth.rounds, private_emb, method=fid_method)
+    return {
+        "note": OPERATOR_NOTE,
+        "fid": fid(synth_emb, private_emb, method=fid_method),
+        "fid_per_round": per_round,
+        "n_private": len(private_emb),
+    }
 
 
 def evaluate_private_only(

@@ -25,15 +25,12 @@ from wasp_vllm.hotpate.ensembles import (
     independent_votes,
     vote_histogram,
 )
-from wasp_vllm.hotpate.generate import (
-    HotPateSettings,
+from wasp_vllm.hotpate.generate import HotPateSettings, build_teacher_prompts, generate_hotpate, run_hotpate
+from wasp_vllm.hotpate.selector import (
     PrivateTokenSelector,
     RecordOutcome,
     TokenDecision,
-    build_teacher_prompts,
-    generate_hotpate,
     generate_record,
-    run_hotpate,
     sample_public,
     vote_sensitivity,
 )

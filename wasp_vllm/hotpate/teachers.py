@@ -46,6 +46,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from wasp_vllm.devices import torch_device
+
 log = logging.getLogger(__name__)
 
 
@@ -57,8 +59,10 @@ class DistributionSource(Protocol):
     """
 
     n_rows: int
-    vocab_size: int
     stop_token_ids: frozenset[int]
+
+    @property
+    def vocab_size(self) -> int: ...
 
     def next_distributions(self) -> np.ndarray: ...
 
@@ -97,13 +101,13 @@ def load_lm(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path, name, preset_chat = _resolve(model)
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = torch.device(torch_device(device))
     dt = dtype if dtype is not None else _default_dtype(dev)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dt).to(dev).eval()
-    use_chat = preset_chat if chat is None else chat
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dt).to(dev).eval()  # type: ignore[arg-type]
+    use_chat = bool(preset_chat if chat is None else chat)
     if use_chat and getattr(tokenizer, "chat_template", None) is None:
         use_chat = False
     log.info("hot pate: loaded %s on %s (%s, chat=%s)", name, dev, dt, use_chat)

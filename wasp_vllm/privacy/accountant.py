@@ -1,38 +1,44 @@
-"""Privacy accounting for WASP's noisy voting rounds.
+"""Privacy accounting for WASP's voting rounds: releases as values, accountants as composers.
 
 Every voting round releases the concatenated histogram ``(H_near, H_far)`` through a Gaussian
-mechanism.  Two accountants are offered (see ``/work/shared/DESIGN.md``):
+mechanism: one immutable :class:`GaussianRelease`.  An :class:`Accountant` composes releases and
+answers two questions, epsilon spent at a delta, and the sigma that meets a target epsilon:
 
-* ``exact`` (default): the ``T - 1`` Gaussian releases compose *exactly* into one Gaussian
-  mechanism with ``mu = sqrt(sum_i (Delta_i / sigma_i)^2)`` (Dong, Roth & Su 2019, Gaussian DP),
-  and the tight (epsilon, delta) curve of a Gaussian mechanism is the analytic Gaussian
-  mechanism of Balle & Wang (2018)::
-
-      delta(eps) = Phi(mu/2 - eps/mu) - e^eps * Phi(-mu/2 - eps/mu)
-
-* ``paper``: the formula printed in the WASP paper,
+* :class:`ExactAccountant` (default): the releases compose exactly into one Gaussian mechanism
+  (Gaussian DP) whose tight curve is the analytic Gaussian mechanism (:mod:`.gaussian`).
+* :class:`PaperAccountant`: the formula printed in the WASP paper,
   ``sigma = 4 * sqrt(2 ln(1.25/delta)) * sqrt(T - 1) / epsilon``.  It is reported so a run can be
-  compared with the paper, never because it is tighter (it is not).
+  compared with the paper, never because it is tighter (it is not): the classic bound is proven
+  for epsilon < 1 only, so a run that uses it is still held to the exact accountant.
 
-All numerics work on ``log(delta)`` with ``scipy.special.log_ndtr`` / ``erfcx`` so that epsilon from
-0.01 to 100 and delta from 1e-12 to 0.5 neither overflow nor cancel.  Calibration is done by
-bisection in log space and always returns the *conservative* end of the final bracket (a sigma
-that is never too small, an epsilon that is never too small).
+The :class:`PrivacyLedger` holds one accountant, records each release, and refuses a release
+that would spend more than the budget (see ``/work/shared/DESIGN.md`` for the reference values).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-from scipy.special import erfcx, log_ndtr
+from wasp_vllm.privacy.gaussian import (
+    calibrate_sigma,
+    check_delta,
+    check_int,
+    check_positive,
+    epsilon_for_mu,
+)
 
 logger = logging.getLogger(__name__)
+
+#: Relative slack allowed when comparing spent epsilon with the budget (float round-off only).
+BUDGET_RTOL = 1e-9
+#: The constant in the paper's sigma formula (its per-record sensitivity bound).
+PAPER_CONSTANT = 4.0
 
 
 class Neighbour(str, Enum):
@@ -42,70 +48,27 @@ class Neighbour(str, Enum):
     REPLACE = "replace"
 
 
-Mode = Literal["exact", "paper"]
+class AccountantMode(str, Enum):
+    """Which accountant chooses sigma (the exact one checks every run either way)."""
 
-NEIGHBOURS: tuple[str, ...] = ("add_remove", "replace")
-MODES: tuple[str, ...] = ("exact", "paper")
-
-#: Relative slack allowed when comparing spent epsilon with the budget (float round-off only).
-BUDGET_RTOL = 1e-9
-#: The constant in the paper's sigma formula (its per-record sensitivity bound).
-PAPER_CONSTANT = 4.0
-_SQRT2 = math.sqrt(2.0)
+    EXACT = "exact"
+    PAPER = "paper"
 
 
 class PrivacyBudgetExceeded(RuntimeError):
     """A release would push the spent epsilon over the budget; nothing was recorded."""
 
 
-# --------------------------------------------------------------------------------------------
-# argument validation
-# --------------------------------------------------------------------------------------------
+def _neighbour(value: Neighbour | str) -> Neighbour:
+    try:
+        return Neighbour(value)
+    except ValueError:
+        raise ValueError(f"neighbour must be one of {[n.value for n in Neighbour]}, got {value!r}") from None
 
 
-def _check_positive(name: str, value: float) -> float:
-    """Reject non-numbers, NaN, inf and non-positive values with a message naming the argument."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0.0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return value
-
-
-def _check_delta(delta: float) -> float:
-    delta = _check_positive("delta", delta)
-    if delta >= 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    return delta
-
-
-def _check_int(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_neighbour(neighbour: str) -> str:
-    if neighbour not in NEIGHBOURS:
-        raise ValueError(f"neighbour must be one of {NEIGHBOURS}, got {neighbour!r}")
-    return Neighbour(neighbour).value
-
-
-def _check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return mode
-
-
-# --------------------------------------------------------------------------------------------
-# sensitivity
-# --------------------------------------------------------------------------------------------
-
-
-def wasp_sensitivity(q: int, neighbour: Neighbour = "add_remove", records_per_unit: int = 1) -> float:
+def wasp_sensitivity(
+    q: int, neighbour: Neighbour | str = Neighbour.ADD_REMOVE, records_per_unit: int = 1
+) -> float:
     """L2 sensitivity of the concatenated ``(H_near, H_far)`` vote vector.
 
     One private record puts weights ``1, 1/2, ..., 1/2^(q-1)`` on ``q`` distinct synthetic samples in
@@ -116,161 +79,133 @@ def wasp_sensitivity(q: int, neighbour: Neighbour = "add_remove", records_per_un
     A unit (user) of ``records_per_unit`` records moves it by at most that many times (triangle
     inequality).
     """
-    q = _check_int("q", q, 1)
-    neighbour = _check_neighbour(neighbour)
-    records_per_unit = _check_int("records_per_unit", records_per_unit, 1)
+    q = check_int("q", q, 1)
+    records_per_unit = check_int("records_per_unit", records_per_unit, 1)
     base = math.sqrt(8.0 / 3.0 * (1.0 - 4.0 ** (-q)))
-    if neighbour == "replace":
-        base *= _SQRT2
+    if _neighbour(neighbour) is Neighbour.REPLACE:
+        base *= math.sqrt(2.0)
     return base * records_per_unit
 
 
-# --------------------------------------------------------------------------------------------
-# the analytic Gaussian mechanism
-# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GaussianRelease:
+    """One Gaussian release of the vote histograms.
 
-
-def log_delta_gaussian(epsilon: float, mu: float) -> float:
-    """``log delta(epsilon)`` of a Gaussian mechanism with ``mu = sensitivity / sigma``.
-
-    With ``a = mu/2 - eps/mu`` and ``b = -mu/2 - eps/mu`` one has ``b^2 - a^2 = 2 eps`` exactly, so
-    ``e^eps Phi(b) / Phi(a) = erfcx(-b/sqrt2) / erfcx(-a/sqrt2)`` when ``a < 0``: no exponential of
-    epsilon is ever formed and both tails stay accurate far out.  For ``a >= 0`` ``Phi(a) >= 1/2``
-    and the plain log-space ratio is well conditioned.  Returns ``-inf`` when delta underflows.
+    ``sensitivity`` is the full L2 sensitivity of this release under ``neighbour`` and
+    ``records_per_unit`` (``wasp_sensitivity(q, neighbour, records_per_unit)``); the other two
+    fields are kept for the manifest and for the paper's scale.
     """
-    if epsilon < 0.0 or mu <= 0.0:
-        raise ValueError("log_delta_gaussian needs epsilon >= 0 and mu > 0")
-    a = mu / 2.0 - epsilon / mu
-    b = -mu / 2.0 - epsilon / mu
-    if a < 0.0:
-        ratio = float(erfcx(-b / _SQRT2) / erfcx(-a / _SQRT2))
-    else:
-        ratio = math.exp(epsilon + float(log_ndtr(b)) - float(log_ndtr(a)))
-    if ratio >= 1.0:
-        return -math.inf
-    return float(log_ndtr(a)) + math.log1p(-ratio)
 
+    round: int
+    sigma: float
+    sensitivity: float
+    neighbour: str
+    records_per_unit: int = 1
 
-def delta_for_epsilon_mu(epsilon: float, mu: float) -> float:
-    """``delta(epsilon)`` of a Gaussian mechanism with ``mu = sensitivity / sigma`` (Balle & Wang)."""
-    return math.exp(log_delta_gaussian(epsilon, mu))
-
-
-def _bisect_log(
-    pred: Callable[[float], bool], lo: float, hi: float, rtol: float = 1e-15
-) -> tuple[float, float]:
-    """Bisect in log space on a monotone predicate with ``pred(lo)`` true and ``pred(hi)`` false.
-
-    Returns the final bracket ``(lo, hi)``; the caller picks the conservative end.  Geometric
-    midpoints make the relative precision uniform whatever the scale of the answer.
-    """
-    for _ in range(400):
-        if hi <= lo * (1.0 + rtol):
-            break
-        mid = math.sqrt(lo * hi)
-        if mid <= lo or mid >= hi:
-            break
-        if pred(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, hi
-
-
-def _expand(pred: Callable[[float], bool], start: float, grow: bool, limit: int = 200) -> float:
-    """Multiply (or divide) ``start`` by 2 until ``pred`` flips, to find a bisection bracket end."""
-    x = start
-    for _ in range(limit):
-        if pred(x) != grow:
-            return x
-        x = x * 2.0 if grow else x / 2.0
-    raise ArithmeticError("could not bracket the privacy parameter (arguments far out of range)")
-
-
-def mu_for_epsilon(epsilon: float, delta: float) -> float:
-    """Largest ``mu`` such that a ``mu``-Gaussian mechanism is (epsilon, delta)-DP.
-
-    ``delta(eps; mu)`` increases with ``mu``, so bisection on ``log mu`` is safe; the lower end of
-    the final bracket is returned so that the guarantee always holds.
-    """
-    epsilon = _check_positive("epsilon", epsilon)
-    delta = _check_delta(delta)
-    target = math.log(delta)
-
-    def ok(mu: float) -> bool:
-        return log_delta_gaussian(epsilon, mu) <= target
-
-    hi = _expand(ok, 1.0, grow=True)
-    lo = _expand(ok, hi / 2.0, grow=False)
-    lo, _ = _bisect_log(ok, lo, hi)
-    return lo
-
-
-def epsilon_for_mu(mu: float, delta: float) -> float:
-    """Smallest ``epsilon`` with which a ``mu``-Gaussian mechanism is (epsilon, delta)-DP.
-
-    Returns 0.0 when even epsilon = 0 meets delta (tiny mu).  ``delta(eps)`` decreases with
-    epsilon; the upper end of the final bracket is returned (never under-reports).
-    """
-    mu = _check_positive("mu", mu)
-    delta = _check_delta(delta)
-    target = math.log(delta)
-
-    def too_small(eps: float) -> bool:
-        return log_delta_gaussian(eps, mu) > target
-
-    if not too_small(0.0):
-        return 0.0
-    hi = _expand(too_small, 1.0, grow=True)
-    lo = hi / 2.0
-    while not too_small(lo) and lo > 1e-300:
-        lo /= 2.0
-    if lo <= 1e-300:
-        return hi
-    _, hi = _bisect_log(too_small, lo, hi)
-    return hi
-
-
-def calibrate_sigma(epsilon: float, delta: float, sensitivity: float, compositions: int) -> float:
-    """Smallest sigma making ``compositions`` Gaussian releases of L2 ``sensitivity`` (eps, delta)-DP.
-
-    The releases compose into one Gaussian with ``D = sensitivity * sqrt(compositions)``; sigma is
-    ``D / mu*`` with ``mu*`` from :func:`mu_for_epsilon` (analytic Gaussian mechanism).
-    """
-    sensitivity = _check_positive("sensitivity", sensitivity)
-    compositions = _check_int("compositions", compositions, 1)
-    mu = mu_for_epsilon(epsilon, delta)
-    # Divide by the (conservatively small) mu; nudge up by one ulp so rounding never undershoots.
-    return math.nextafter(sensitivity * math.sqrt(compositions) / mu, math.inf)
-
-
-def epsilon_for_sigma(sigma: float, delta: float, sensitivity: float, compositions: int) -> float:
-    """Epsilon spent by ``compositions`` Gaussian releases with noise ``sigma`` (inverse of calibrate)."""
-    sigma = _check_positive("sigma", sigma)
-    sensitivity = _check_positive("sensitivity", sensitivity)
-    compositions = _check_int("compositions", compositions, 1)
-    return epsilon_for_mu(sensitivity * math.sqrt(compositions) / sigma, delta)
+    def __post_init__(self) -> None:
+        check_int("round", self.round, 0)
+        check_positive("sigma", self.sigma)
+        check_positive("sensitivity", self.sensitivity)
+        check_int("records_per_unit", self.records_per_unit, 1)
+        object.__setattr__(self, "neighbour", _neighbour(self.neighbour).value)
 
 
 # --------------------------------------------------------------------------------------------
-# the paper's formula
+# accountants
 # --------------------------------------------------------------------------------------------
+
+
+class Accountant(ABC):
+    """Composes Gaussian releases into one (epsilon, delta) statement, and calibrates sigma."""
+
+    mode: AccountantMode
+
+    @abstractmethod
+    def epsilon(self, releases: Sequence[GaussianRelease], delta: float) -> float:
+        """Epsilon spent by ``releases`` at ``delta`` (0 for none)."""
+
+    @abstractmethod
+    def sigma(
+        self, epsilon: float, delta: float, sensitivity: float, compositions: int, records_per_unit: int
+    ) -> float:
+        """Noise for ``compositions`` equal releases of L2 ``sensitivity`` to spend ``epsilon``."""
+
+
+class ExactAccountant(Accountant):
+    """Exact composition of Gaussian mechanisms (Gaussian DP) and the analytic Gaussian curve."""
+
+    mode = AccountantMode.EXACT
+
+    def epsilon(self, releases: Sequence[GaussianRelease], delta: float) -> float:
+        if not releases:
+            return 0.0
+        mu = math.sqrt(math.fsum((r.sensitivity / r.sigma) ** 2 for r in releases))
+        return epsilon_for_mu(mu, delta)
+
+    def sigma(
+        self, epsilon: float, delta: float, sensitivity: float, compositions: int, records_per_unit: int
+    ) -> float:
+        return calibrate_sigma(epsilon, delta, sensitivity, compositions)
+
+
+class PaperAccountant(Accountant):
+    """The WASP paper's classic Gaussian bound (per-round sensitivity 4 composed in L2)."""
+
+    mode = AccountantMode.PAPER
+
+    def epsilon(self, releases: Sequence[GaussianRelease], delta: float) -> float:
+        return paper_epsilon_for_releases(
+            [r.sigma for r in releases], [float(r.records_per_unit) for r in releases], delta
+        )
+
+    def sigma(
+        self, epsilon: float, delta: float, sensitivity: float, compositions: int, records_per_unit: int
+    ) -> float:
+        # The printed formula does not depend on the neighbour relation; a unit of k records is k times.
+        return paper_sigma(epsilon, delta, compositions + 1) * records_per_unit
+
+
+ACCOUNTANTS: dict[AccountantMode, Accountant] = {a.mode: a for a in (ExactAccountant(), PaperAccountant())}
+EXACT = ACCOUNTANTS[AccountantMode.EXACT]
+
+
+def get_accountant(mode: AccountantMode | str) -> Accountant:
+    try:
+        return ACCOUNTANTS[AccountantMode(mode)]
+    except ValueError:
+        raise ValueError(f"mode must be one of {[m.value for m in AccountantMode]}, got {mode!r}") from None
 
 
 def paper_sigma(epsilon: float, delta: float, rounds: int) -> float:
     """Sigma exactly as printed in the WASP paper: ``4 sqrt(2 ln(1.25/delta)) sqrt(T-1) / epsilon``."""
-    epsilon = _check_positive("epsilon", epsilon)
-    delta = _check_delta(delta)
-    rounds = _check_int("rounds", rounds, 2)
+    epsilon = check_positive("epsilon", epsilon)
+    delta = check_delta(delta)
+    rounds = check_int("rounds", rounds, 2)
     return PAPER_CONSTANT * math.sqrt(2.0 * math.log(1.25 / delta)) * math.sqrt(rounds - 1) / epsilon
 
 
 def paper_epsilon(sigma: float, delta: float, rounds: int) -> float:
     """The epsilon the paper's formula claims for noise ``sigma`` (inverse of :func:`paper_sigma`)."""
-    sigma = _check_positive("sigma", sigma)
-    delta = _check_delta(delta)
-    rounds = _check_int("rounds", rounds, 2)
+    sigma = check_positive("sigma", sigma)
+    delta = check_delta(delta)
+    rounds = check_int("rounds", rounds, 2)
     return PAPER_CONSTANT * math.sqrt(2.0 * math.log(1.25 / delta)) * math.sqrt(rounds - 1) / sigma
+
+
+def paper_epsilon_for_releases(sigmas: list[float], scales: list[float], delta: float) -> float:
+    """The paper's epsilon generalised to heterogeneous releases.
+
+    The printed formula is the classical Gaussian mechanism bound ``eps = Delta_eff sqrt(2 ln(1.25/
+    delta)) / sigma`` with ``Delta_eff = 4 sqrt(T-1)``, i.e. per-round sensitivity 4 composed in L2.
+    For releases with noise ``sigma_i`` and sensitivity scale ``c_i`` (records per unit) this reads
+    ``eps = 4 sqrt(2 ln(1.25/delta)) sqrt(sum_i (c_i/sigma_i)^2)``, which is exactly the printed
+    formula when all sigmas are equal and ``c_i = 1``.
+    """
+    delta = check_delta(delta)
+    if not sigmas:
+        return 0.0
+    total = math.fsum((c / s) ** 2 for s, c in zip(sigmas, scales, strict=True))
+    return PAPER_CONSTANT * math.sqrt(2.0 * math.log(1.25 / delta)) * math.sqrt(total)
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,24 +240,16 @@ class PrivacyPlan:
         """True when at least one voting round releases private information."""
         return self.compositions > 0
 
+    def release(self, round_index: int) -> GaussianRelease:
+        """The release this plan makes in one voting round."""
+        if self.sigma is None:
+            raise ValueError("a plan without voting rounds makes no release")
+        return GaussianRelease(
+            round_index, self.sigma, self.sensitivity, self.neighbour, self.records_per_unit
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def paper_epsilon_for_releases(sigmas: list[float], scales: list[float], delta: float) -> float:
-    """The paper's epsilon generalised to heterogeneous releases.
-
-    The printed formula is the classical Gaussian mechanism bound ``eps = Delta_eff sqrt(2 ln(1.25/
-    delta)) / sigma`` with ``Delta_eff = 4 sqrt(T-1)``, i.e. per-round sensitivity 4 composed in L2.
-    For releases with noise ``sigma_i`` and sensitivity scale ``c_i`` (records per unit) this reads
-    ``eps = 4 sqrt(2 ln(1.25/delta)) sqrt(sum_i (c_i/sigma_i)^2)``, which is exactly the printed
-    formula when all sigmas are equal and ``c_i = 1``.
-    """
-    delta = _check_delta(delta)
-    if not sigmas:
-        return 0.0
-    total = math.fsum((c / s) ** 2 for s, c in zip(sigmas, scales, strict=True))
-    return PAPER_CONSTANT * math.sqrt(2.0 * math.log(1.25 / delta)) * math.sqrt(total)
 
 
 def plan_privacy(
@@ -330,63 +257,43 @@ def plan_privacy(
     delta: float,
     rounds: int,
     q: int,
-    mode: Mode = "exact",
-    neighbour: Neighbour = "add_remove",
+    mode: AccountantMode | str = AccountantMode.EXACT,
+    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
     records_per_unit: int = 1,
 ) -> PrivacyPlan:
     """Choose sigma for a run of ``rounds`` rounds with ``q`` votes per private sample.
 
-    ``exact`` calibrates with the analytic Gaussian mechanism on the exact sensitivity; ``paper``
-    uses the printed formula (scaled by ``records_per_unit`` for user-level privacy; the paper's
-    formula does not depend on the neighbour relation).  Both epsilons are always reported.
+    The accountant named by ``mode`` chooses sigma; the exact accountant must agree that it spends
+    at most ``epsilon`` (the paper's formula under-noises at large epsilon).  Both epsilons are
+    always reported.
     """
-    epsilon = _check_positive("epsilon", epsilon)
-    delta = _check_delta(delta)
-    rounds = _check_int("rounds", rounds, 1)
-    mode = _check_mode(mode)
+    epsilon = check_positive("epsilon", epsilon)
+    delta = check_delta(delta)
+    rounds = check_int("rounds", rounds, 1)
+    accountant, neighbour = get_accountant(mode), _neighbour(neighbour)
     sensitivity = wasp_sensitivity(q, neighbour, records_per_unit)
+    fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, records_per_unit, sensitivity)
     compositions = rounds - 1
     if compositions == 0:
         logger.info("rounds == 1: no voting round, no noise needed, no privacy spent")
-        return PrivacyPlan(
-            epsilon, delta, rounds, q, mode, neighbour, records_per_unit, sensitivity, 0, None, 0.0, 0.0
-        )
-    if mode == "exact":
-        sigma = calibrate_sigma(epsilon, delta, sensitivity, compositions)
-    else:
-        sigma = paper_sigma(epsilon, delta, rounds) * records_per_unit
-    eps_exact = epsilon_for_sigma(sigma, delta, sensitivity, compositions)
+        return PrivacyPlan(*fixed, 0, None, 0.0, 0.0)
+    sigma = accountant.sigma(epsilon, delta, sensitivity, compositions, records_per_unit)
+    releases = [
+        GaussianRelease(t, sigma, sensitivity, neighbour.value, records_per_unit) for t in range(compositions)
+    ]
+    eps_exact = EXACT.epsilon(releases, delta)
     if eps_exact > epsilon * (1.0 + BUDGET_RTOL):
         raise PrivacyBudgetExceeded(
             f"the paper's formula under-noises at epsilon={epsilon:g}: its sigma={sigma:.4g} spends "
             f"epsilon={eps_exact:.4g} by the exact accountant (the formula is proven for epsilon < 1 "
             "only); use --accountant exact"
         )
-    eps_paper = paper_epsilon_for_releases(
-        [sigma] * compositions, [float(records_per_unit)] * compositions, delta
-    )
+    eps_paper = ACCOUNTANTS[AccountantMode.PAPER].epsilon(releases, delta)
     logger.info(
         "privacy plan: mode=%s sigma=%.6g compositions=%d exact eps=%.6g paper eps=%.6g",
-        mode,
-        sigma,
-        compositions,
-        eps_exact,
-        eps_paper,
-    )
-    return PrivacyPlan(
-        epsilon,
-        delta,
-        rounds,
-        q,
-        mode,
-        neighbour,
-        records_per_unit,
-        sensitivity,
-        compositions,
-        sigma,
-        eps_exact,
-        eps_paper,
-    )
+        accountant.mode.value, sigma, compositions, eps_exact, eps_paper,
+    )  # fmt: skip
+    return PrivacyPlan(*fixed, compositions, sigma, eps_exact, eps_paper)
 
 
 # --------------------------------------------------------------------------------------------
@@ -394,106 +301,58 @@ def plan_privacy(
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Release:
-    """One Gaussian release of the vote histograms.
-
-    ``sensitivity`` is the full L2 sensitivity of this release under ``neighbour`` and
-    ``records_per_unit`` (i.e. ``wasp_sensitivity(q, neighbour, records_per_unit)``); the other two
-    fields are kept for the manifest and for the paper-mode scale.
-    """
-
-    round: int
-    sigma: float
-    sensitivity: float
-    neighbour: str
-    records_per_unit: int = 1
-
-
 @dataclass
 class PrivacyLedger:
     """Running record of the releases of a run, refusing any release that would exceed the budget.
 
-    Every release is checked with the exact accountant; in ``paper`` mode the paper's formula must
-    also stay within the budget (it chose sigma).  Both accountants are always reported.
-    Serialise with :meth:`to_dict` / :meth:`from_dict` for checkpoints.
+    Every release is checked with the exact accountant; the ledger's own accountant (the one that
+    chose sigma) must also stay within the budget.  Both accountants are always reported.
     """
 
     epsilon: float
     delta: float
-    mode: str = "exact"
-    releases: list[Release] = field(default_factory=list)
+    accountant: Accountant = field(default_factory=ExactAccountant)
+    releases: list[GaussianRelease] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.epsilon = _check_positive("epsilon", self.epsilon)
-        self.delta = _check_delta(self.delta)
-        self.mode = _check_mode(self.mode)
-        self.releases = [r if isinstance(r, Release) else Release(**r) for r in self.releases]
-
-    # -- accounting ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _exact(releases: list[Release], delta: float) -> float:
-        if not releases:
-            return 0.0
-        mu = math.sqrt(math.fsum((r.sensitivity / r.sigma) ** 2 for r in releases))
-        return epsilon_for_mu(mu, delta)
-
-    @staticmethod
-    def _paper(releases: list[Release], delta: float) -> float:
-        return paper_epsilon_for_releases(
-            [r.sigma for r in releases], [float(r.records_per_unit) for r in releases], delta
-        )
+        self.epsilon = check_positive("epsilon", self.epsilon)
+        self.delta = check_delta(self.delta)
+        if not isinstance(self.accountant, Accountant):
+            self.accountant = get_accountant(self.accountant)
 
     def spent_epsilon(self) -> float:
-        """Epsilon spent so far: always the exact composition of the Gaussian releases.
-
-        This is the guarantee, whichever formula chose sigma: the paper's classic bound is proven
-        only for epsilon < 1, so a paper-mode run is held to the exact accountant too.
-        """
-        return self._exact(self.releases, self.delta)
+        """Epsilon spent so far: always the exact composition of the Gaussian releases (the guarantee)."""
+        return EXACT.epsilon(self.releases, self.delta)
 
     def spent_epsilon_exact(self) -> float:
-        return self._exact(self.releases, self.delta)
+        return EXACT.epsilon(self.releases, self.delta)
 
     def spent_epsilon_paper(self) -> float:
-        return self._paper(self.releases, self.delta)
+        return ACCOUNTANTS[AccountantMode.PAPER].epsilon(self.releases, self.delta)
 
     def remaining_epsilon(self) -> float:
         return max(0.0, self.epsilon - self.spent_epsilon())
 
-    def record(
-        self, round: int, sigma: float, sensitivity: float, neighbour: Neighbour, records_per_unit: int = 1
-    ) -> Release:
+    def record(self, release: GaussianRelease) -> GaussianRelease:
         """Append one release; raises :class:`PrivacyBudgetExceeded` *before* appending if it would
-        push the spent epsilon (exact, and the paper's in paper mode) over the budget by more than
-        ``BUDGET_RTOL``."""
-        release = Release(
-            round=_check_int("round", round, 0),
-            sigma=_check_positive("sigma", sigma),
-            sensitivity=_check_positive("sensitivity", sensitivity),
-            neighbour=_check_neighbour(neighbour),
-            records_per_unit=_check_int("records_per_unit", records_per_unit, 1),
-        )
-        after = self._exact([*self.releases, release], self.delta)
-        claimed = self._paper([*self.releases, release], self.delta) if self.mode == "paper" else after
+        push the spent epsilon (exact, and the ledger's own accountant's) over the budget by more
+        than ``BUDGET_RTOL``."""
+        after = EXACT.epsilon([*self.releases, release], self.delta)
+        claimed = self.accountant.epsilon([*self.releases, release], self.delta)
         if max(after, claimed) > self.epsilon * (1.0 + BUDGET_RTOL):
             raise PrivacyBudgetExceeded(
                 f"release for round {release.round} would spend epsilon={after:.6g} "
-                f"(exact accountant; {claimed:.6g} by the {self.mode} formula) over the budget "
-                f"epsilon={self.epsilon:.6g}"
+                f"(exact accountant; {claimed:.6g} by the {self.accountant.mode.value} formula) over the "
+                f"budget epsilon={self.epsilon:.6g}"
             )
         self.releases.append(release)
         logger.debug(
-            "privacy ledger: round %d recorded, spent epsilon %.6g of %.6g (%s)",
+            "privacy ledger: round %d recorded, spent epsilon %.6g of %.6g",
             release.round,
             after,
             self.epsilon,
-            self.mode,
         )
         return release
-
-    # -- reporting and checkpoints ----------------------------------------------------------------
 
     def report(self) -> dict[str, Any]:
         """Summary for the run manifest: budget, spend under both accountants, noise, sensitivity."""
@@ -502,7 +361,7 @@ class PrivacyLedger:
         neighbours = sorted({r.neighbour for r in self.releases})
         units = sorted({r.records_per_unit for r in self.releases})
         return {
-            "mode": self.mode,
+            "mode": self.accountant.mode.value,
             "epsilon_budget": self.epsilon,
             "delta": self.delta,
             "epsilon_spent": self.spent_epsilon(),
@@ -521,15 +380,11 @@ class PrivacyLedger:
         return {
             "epsilon": self.epsilon,
             "delta": self.delta,
-            "mode": self.mode,
+            "mode": self.accountant.mode.value,
             "releases": [asdict(r) for r in self.releases],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
-        return cls(
-            epsilon=data["epsilon"],
-            delta=data["delta"],
-            mode=data.get("mode", "exact"),
-            releases=[Release(**r) for r in data.get("releases", [])],
-        )
+        releases = [GaussianRelease(**r) for r in data.get("releases", [])]
+        return cls(data["epsilon"], data["delta"], get_accountant(data.get("mode", "exact")), releases)

@@ -1,0 +1,36 @@
+"""The command line every benchmark shares: ``--quick``, ``--out``, ``--from-json``, settings overrides."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from report import REPO, RESULTS
+
+
+def parser(doc: str | None, name: str) -> argparse.ArgumentParser:
+    """``--quick``, ``--out`` and ``--from-json`` (re-render a saved result without measuring)."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (minutes on a 2-core CPU)")
+    p.add_argument("--out", type=Path, default=RESULTS, help=f"folder for {name}.{{md,json,png}}")
+    p.add_argument("--from-json", type=Path, help=f"re-render the tables and plot of a saved {name}.json")
+    return p
+
+
+def override(settings: Any, **values: Any) -> Any:
+    """``settings`` (a dataclass) with those ``values`` that are not None: command-line overrides."""
+    return dataclasses.replace(settings, **{k: v for k, v in values.items() if v is not None})
+
+
+def setup_logging() -> None:
+    """Offline model cache of this checkout, INFO logging, quiet libraries."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("WASP_VLLM_CACHE", str(REPO / ".cache"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("vllm", "httpx", "sentence_transformers", "transformers", "faiss"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

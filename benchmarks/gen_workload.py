@@ -1,0 +1,207 @@
+"""The generation workload shared by ``engine_overhead.py`` and ``reference_loop.py``.
+
+Prompts of task "drugs" (half zero-shot, half contrastive with in-context examples written for
+this benchmark), a fixed number of new tokens per prompt (EOS suppressed, no stop strings, so
+tokens/s compare directly), and interleaved timing: the variants alternate, the order rotates
+every repetition, and each call records wall time and the CPU time of the whole process tree.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("gen_workload")
+
+# In-context examples of the contrastive prompts: made-up texts, never taken from a data set.
+# "good" ones are fluent, "bad" ones terse or off-topic.
+EXAMPLES: dict[str, dict[str, list[str]]] = {
+    "positive": {
+        "good": [
+            "After two weeks my headaches were down to one a month and I had no side effects at all.",
+            "This finally let me sleep through the night; I wake up rested and clear-headed.",
+            "My skin cleared up within a month and the dryness was easy to manage with lotion.",
+            "I was skeptical, but my anxiety is far more manageable and I can work again.",
+        ],
+        "bad": [
+            "good drug.",
+            "It works i guess, five stars, buy it.",
+            "Pharmacy was nice and parking was easy.",
+            "ok ok ok it was fine fine fine",
+        ],
+    },
+    "neutral": {
+        "good": [
+            "It helped with the pain somewhat, but the nausea in the first week was hard to take.",
+            "Some nights it works and some nights it does not; I am still deciding whether to stay on it.",
+            "Mood is a little better, though I gained a few pounds, so it is a trade-off for me.",
+            "It did the job for a while, then seemed to lose its effect after about three months.",
+        ],
+        "bad": [
+            "meh.",
+            "Not sure. Maybe. We will see.",
+            "The box is blue and the pills are small.",
+            "it is a drug that I took",
+        ],
+    },
+    "negative": {
+        "good": [
+            "Within days I had a rash and constant dizziness, and my symptoms did not improve at all.",
+            "I felt numb and exhausted every day; coming off it took my doctor two months.",
+            "It made my migraines worse and the stomach cramps kept me home from work.",
+            "After six weeks there was no change, only dry mouth and trouble sleeping.",
+        ],
+        "bad": ["bad.", "Worst thing ever!!!!! never!!!!", "The pharmacist was rude to me.", "no no no no"],
+    },
+}
+
+
+def bench_prompts(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Half zero-shot, half contrastive prompts of task "drugs" (labels cycle, attributes drawn)."""
+    from wasp_vllm.tasks import build_prompt, draw_contrastive_examples, get_task, pick_attribute
+
+    task = get_task("drugs")
+    rng = np.random.default_rng(seed)
+    prompts, kinds = [], []
+    for i in range(n):
+        label = task.labels[i % len(task.labels)]
+        attribute = pick_attribute(task, label, rng)
+        kind = "zero_shot" if i < n // 2 else "contrastive"
+        good: list[str] = []
+        bad: list[str] = []
+        if kind == "contrastive":
+            good, bad = draw_contrastive_examples(EXAMPLES[label]["good"], EXAMPLES[label]["bad"], 8, rng)
+        prompts.append(build_prompt(task, kind, label, attribute, good=good, bad=bad))
+        kinds.append(kind)
+    return prompts, kinds
+
+
+def fixed_length_params(new_tokens: int) -> Any:
+    """Exactly ``new_tokens`` tokens per prompt; top-p 0.95 without top-k, as the reference samples."""
+    from wasp_vllm.engines import GenerationParams
+
+    return GenerationParams(
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens, temperature=1.0, top_p=0.95, top_k=0
+    )
+
+
+def start_vllm(name: str, gpu: bool) -> tuple[Any, float]:
+    """A ``VLLMEngine`` as a run builds it (seed 0, 1 GiB CPU KV cache); returns it and its start-up s."""
+    from wasp_vllm.config import RunConfig
+    from wasp_vllm.engines import EngineOptions
+    from wasp_vllm.engines.registry import resolve_plm
+    from wasp_vllm.engines.vllm_engine import VLLMEngine
+
+    # on a GPU, 0.35 of the card leaves room for the hf engine and the reference loop
+    cfg = RunConfig(plms=[name], engine="vllm", seed=0, gpu_memory_utilization=0.35 if gpu else None)
+    start = time.perf_counter()
+    engine = VLLMEngine(resolve_plm(name), EngineOptions.from_config(cfg))
+    return engine, time.perf_counter() - start
+
+
+def close_with_timeout(engine: Any, timeout_s: float = 60.0) -> None:
+    """Close an engine without hanging the benchmark when its worker already died."""
+    thread = threading.Thread(target=engine.close, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        log.warning("closing engine %s timed out after %.0f s", getattr(engine, "name", "?"), timeout_s)
+    gc.collect()
+
+
+def prompt_tokens(engine: Any, prompts: Sequence[str]) -> list[int]:
+    """Prompt lengths in tokens, as the vLLM engine formats and tokenizes them."""
+    formatted = [engine.format_prompt(p) for p in prompts]
+    ids = engine._llm.get_tokenizer()(formatted, add_special_tokens=not engine.chat)["input_ids"]
+    return [len(t) for t in ids]
+
+
+@dataclass
+class Timed:
+    tokens: int
+    seconds: float
+    cpu_seconds: float = float("nan")
+
+    def as_dict(self) -> dict[str, float]:
+        tps = self.tokens / self.seconds if self.seconds > 0 else float("nan")
+        tpcs = self.tokens / self.cpu_seconds if self.cpu_seconds > 0 else float("nan")
+        return {
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "tps": round(tps, 2),
+            "tokens_per_cpu_s": round(tpcs, 2),
+        }
+
+
+def tree_cpu_seconds() -> float:
+    """CPU seconds used so far by this process and its descendants (vLLM's engine processes).
+
+    On a shared machine wall time swings with the other tenants' load; CPU time much less.
+    """
+    try:
+        import psutil
+    except ImportError:
+        return float("nan")
+    me, total = psutil.Process(), 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def cuda_sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], int], sync: bool) -> Timed:
+    if sync:
+        cuda_sync()
+    cpu0, start = tree_cpu_seconds(), time.perf_counter()
+    tokens = fn()
+    if sync:
+        cuda_sync()
+    return Timed(tokens, time.perf_counter() - start, tree_cpu_seconds() - cpu0)
+
+
+def interleave(
+    variants: dict[str, Callable[[], int]], reps: int, label: str, sync: bool
+) -> dict[str, list[dict]]:
+    """Run every variant ``reps`` times, rotating the order each repetition (A B, B A, ...)."""
+    keys = list(variants)
+    res: dict[str, list[dict]] = {k: [] for k in keys}
+    for rep in range(reps):
+        for key in keys[rep % len(keys) :] + keys[: rep % len(keys)]:
+            r = timed(variants[key], sync=sync).as_dict()
+            res[key].append(r)
+            log.info(
+                "%s rep %d %-22s %5d tokens %7.2f s %7.1f tok/s %7.1f tok/CPU-s",
+                label,
+                rep,
+                key,
+                r["tokens"],
+                r["seconds"],
+                r["tps"],
+                r["tokens_per_cpu_s"],
+            )
+    return res
+
+
+def paired_ratios(runs: dict[str, list[dict]], key: str, base: str, field: str) -> list[float]:
+    """Per-repetition ratios key/base (each pair ran back to back, under about the same load)."""
+    return [
+        a[field] / b[field] for a, b in zip(runs[key], runs[base], strict=True) if b[field] and b[field] > 0
+    ]

@@ -1,0 +1,134 @@
+"""The benchmark scripts without models: the shared reporting helper, re-rendering every committed
+result from its JSON (figures kept, reproduce command on top), the stage arithmetic of
+``pipeline_stages`` and the brute-force searches ``topq_search`` measures against FAISS."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import engine_overhead  # noqa: E402
+import gen_workload  # noqa: E402
+import pipeline_stages  # noqa: E402
+import reference_loop  # noqa: E402
+import report  # noqa: E402
+import topq_search  # noqa: E402
+
+SCRIPTS = {m.NAME: m for m in (engine_overhead, pipeline_stages, reference_loop, topq_search)}
+
+
+def test_table_and_header() -> None:
+    t = report.Table("T", ["a", "b"], [["x", 1234.5], ["y", float("nan")], ["z", 0.012345]], ["a note"])
+    assert t.markdown().splitlines() == ["## T", "", "| a | b |", "|---|---|", "| x | 1234 |", "| y | - |",
+                                         "| z | 0.0123 |", "", "- a note"]  # fmt: skip
+    payload = {"command": "python benchmarks/x.py --quick", "machine": report.machine(), "wall_s": 3.0}
+    lines = report.header("Title", payload)
+    assert lines[:3] == ["# Title", "", "Reproduce: `python benchmarks/x.py --quick`"]
+    assert any(line.startswith("Machine: ") and "load average" in line for line in lines)
+    assert report.median([3.0, 1.0, 2.0]) == 2.0 and report.ratio(1.0, 0.0) != report.ratio(1.0, 0.0)
+
+
+def test_command_is_relative_to_the_repository() -> None:
+    assert report.command(str(BENCH / "topq_search.py"), ["--quick", "--out", "a b"]) == (
+        "python benchmarks/topq_search.py --quick --out 'a b'"
+    )
+
+
+def test_json_takes_numpy_values(tmp_path: Path) -> None:
+    report.write_json(tmp_path / "x.json", {"a": np.float32(0.5), "b": np.arange(3), "c": np.int64(2)})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 0.5, "b": [0, 1, 2], "c": 2}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_committed_results_re_render(name: str, tmp_path: Path) -> None:
+    saved = BENCH / "results" / f"{name}.json"
+    assert SCRIPTS[name].main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
+    md = (tmp_path / f"{name}.md").read_text()
+    assert md.splitlines()[2] == f"Reproduce: `python benchmarks/{name}.py --quick`"
+    assert "earlier combined throughput run" in md and f"![{name}]({name}.png)" in md
+    assert (tmp_path / f"{name}.png").stat().st_size > 5000
+    assert json.loads((tmp_path / f"{name}.json").read_text()) == json.loads(saved.read_text())
+    assert md == (BENCH / "results" / f"{name}.md").read_text()  # the committed Markdown is this rendering
+
+
+def test_committed_figures_are_the_earlier_measurements() -> None:
+    md = {n: (BENCH / "results" / f"{n}.md").read_text() for n in SCRIPTS}
+    assert (
+        "| VLLMEngine.generate (wrapper) | 37.3 | 35.5 | 38.2 | 31.5 | 0.994 | 1.02 |"
+        in md["engine_overhead"]
+    )
+    assert "| smollm2 | hf engine (HFEngine, batch 32) | 0.9 | 9.31 | 0.348 | 0.702 |" in md["reference_loop"]
+    assert "| 1,000 | 100,000 | 5.71 | 0.915 | 0.631 | 0.16 | 0.11 |" in md["topq_search"]
+    assert "| start-up: gemma3 | 47 | 18.5% | - |" in md["pipeline_stages"]
+
+
+def stage_payload(concurrent: bool) -> dict:
+    timings = {"startup:a": 10.0, "startup:b": 20.0, "generation:a": 30.0, "prompts:a": 1.0,
+               "generation:b": 40.0, "prompts:b": 2.0, "embedding": 5.0, "io": 1.0,
+               "private:embedding": 3.0, "private:voting": 2.0}  # fmt: skip
+    gen_wall = 40.0 if concurrent else 70.0
+    wall = 30.0 + gen_wall + 11.0 + 4.0  # start-ups, generation, the other stages, 4 s untimed
+    return {
+        "wall_s": wall,
+        "timings_s": timings,
+        "generation_wall_s": gen_wall,
+        "tokens_per_s": {},
+        "rows": 0,
+    }
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_stages_add_up_to_wall_time(concurrent: bool) -> None:
+    b = stage_payload(concurrent)
+    rows = pipeline_stages.stages(b)
+    assert sum(sec for _, sec, _ in rows) == pytest.approx(b["wall_s"])
+    untimed = [sec for label, sec, kind in rows if kind == "untimed"]
+    assert untimed == [pytest.approx(4.0)]
+    sh = pipeline_stages.shares(b)
+    assert sh["non_generation"] == pytest.approx(1.0 + 2.0 + 5.0 + 1.0 + 3.0 + 2.0)
+    assert sh["steady"] == pytest.approx(b["wall_s"] - 30.0)
+    overlap = [sec for label, sec, _ in rows if "overlap" in label]
+    assert overlap == ([pytest.approx(-30.0)] if concurrent else [])
+
+
+def test_stage_table_renders(tmp_path: Path) -> None:
+    settings = {"plms": ["a", "b"], "n": 60, "rounds": 3, "private": 100, "gpu": True}
+    payload = {"command": "x", "machine": "test", "results": stage_payload(True), "settings": settings}
+    report.write_all(tmp_path, "p", "P", payload, [pipeline_stages.table(payload)], pipeline_stages.plot)
+    md = (tmp_path / "p.md").read_text()
+    assert "| generation: a (engine + sample cleaning) | 29 |" in md and "overlap of concurrent PLMs" in md
+
+
+def test_brute_forces_agree_with_the_exact_search() -> None:
+    from wasp_vllm.search import topq_near_far
+
+    rng = np.random.default_rng(1)
+    p, s = rng.standard_normal((40, 16), dtype=np.float32), rng.standard_normal((300, 16), dtype=np.float32)
+    pl, sl = rng.integers(0, 3, 40), rng.integers(0, 3, 300)
+    sl[sl == 2] = 1  # label 2 has no synthetic rows: all -1
+    near, far = topq_near_far(p, pl, s, sl, 8, use_gpu=False)
+    for fn in (topq_search.numpy_topq, topq_search.torch_topq):
+        got_near, got_far = fn(p, pl, s, sl, 8)
+        np.testing.assert_array_equal(got_near, near)
+        np.testing.assert_array_equal(got_far, far)
+
+
+def test_interleave_rotates_the_order() -> None:
+    calls: list[str] = []
+
+    def variant(key: str):
+        return lambda: calls.append(key) or 10
+
+    runs = gen_workload.interleave({k: variant(k) for k in "abc"}, reps=3, label="t", sync=False)
+    assert calls == list("abcbcacab")
+    assert {k: len(v) for k, v in runs.items()} == {"a": 3, "b": 3, "c": 3}
+    assert all(r["tokens"] == 10 for v in runs.values() for r in v)
+    ratios = gen_workload.paired_ratios({"x": [{"tps": 2.0}], "y": [{"tps": 4.0}]}, "x", "y", "tps")
+    assert ratios == [0.5]

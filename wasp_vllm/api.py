@@ -1,0 +1,165 @@
+"""The Python API: what the command line calls, for notebooks and scripts.
+
+::
+
+    import wasp_vllm
+
+    result = wasp_vllm.generate(df, task="drugs", text_col="review", label_col="rating",
+                                plms=["smollm2", "gemma3"], n=300, epsilon=4.0, out="runs/nb")
+    synthetic = result.to_pandas()          # text, label, plm, round, ...
+    result.privacy["ledger"]["epsilon_spent"]
+    report = wasp_vllm.evaluate(result, test="drugs", task="drugs")
+
+``private`` may be a file path, a built-in set name (``"drugs"``), a pandas DataFrame, a list of
+records (dicts), an Arrow table or a Hugging Face ``datasets.Dataset``.  In-memory data never
+touches the disk: it is read where a file would be, and ``resume=True`` needs the same data
+again (the run checks its keyed fingerprint).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wasp_vllm.config import ConfigError, RunConfig, build_config, read_config_file
+from wasp_vllm.store import PUBLISHED, RunStore
+
+log = logging.getLogger(__name__)
+
+#: How an in-memory private set is named in the run's (published) settings.
+IN_MEMORY = "<in-memory>"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run: where its files are, what it published, and its samples."""
+
+    out: Path
+    manifest: dict[str, Any]
+
+    @property
+    def privacy(self) -> dict[str, Any]:
+        """What the run spent: (epsilon, delta), sigma, sensitivity, accountant, neighbourhood."""
+        return dict(self.manifest["privacy"])
+
+    @property
+    def synthetic_path(self) -> Path:
+        return self.out / "synthetic.parquet"
+
+    @property
+    def shareable(self) -> list[Path]:
+        """The files that may be published; ``out/private/`` must stay with the operator."""
+        return [self.out / name for name in PUBLISHED]
+
+    def to_arrow(self, embeddings: bool = False) -> pa.Table:
+        table = pq.read_table(self.synthetic_path)
+        return table if embeddings else table.drop_columns(["embedding"])
+
+    def to_pandas(self, embeddings: bool = False) -> Any:
+        return self.to_arrow(embeddings).to_pandas()
+
+    def to_dataset(self) -> Any:
+        """The samples as a Hugging Face ``datasets.Dataset`` (needs the ``datasets`` extra)."""
+        import datasets
+
+        return datasets.Dataset(self.to_arrow())
+
+
+def as_table(private: Any) -> pa.Table | None:
+    """An Arrow table for in-memory private data; None for a path or built-in name."""
+    if private is None or isinstance(private, (str, Path)):
+        return None
+    if isinstance(private, pa.Table):
+        return private
+    if type(private).__module__.startswith("pandas"):
+        return pa.Table.from_pandas(private, preserve_index=False)
+    if type(private).__module__.startswith("datasets"):
+        return private.data.table if hasattr(private.data, "table") else pa.Table.from_pylist(list(private))
+    if isinstance(private, Sequence) and all(isinstance(r, Mapping) for r in private):
+        return pa.Table.from_pylist([dict(r) for r in private])
+    raise ConfigError(
+        f"private data of type {type(private).__name__} is not supported: pass a file path, a pandas "
+        "DataFrame, a list of dicts, an Arrow table or a datasets.Dataset"
+    )
+
+
+def run_config(
+    private: Any, config: str | Path | Mapping[str, Any] | RunConfig | None, settings: dict
+) -> RunConfig:
+    """Settings from a run file (or mapping, or config) overridden by keyword settings."""
+    if isinstance(config, RunConfig):
+        base = config.model_dump()
+    elif isinstance(config, Mapping):
+        base = dict(config)
+    else:
+        base = read_config_file(config) if config is not None else {}
+    if private is not None:
+        settings = {**settings, "private": IN_MEMORY if as_table(private) is not None else str(private)}
+    return build_config(base, settings)
+
+
+def generate(
+    private: Any = None,
+    *,
+    out: str | Path,
+    config: str | Path | Mapping[str, Any] | RunConfig | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: Any = None,
+    backends: Any = None,
+    **settings: Any,
+) -> RunResult:
+    """Generate a DP synthetic labelled data set; ``settings`` are :class:`RunConfig` fields.
+
+    ``progress`` is a rich ``Progress`` to report to (None: silent); ``backends`` replaces the
+    real engines and embedder (:func:`wasp_vllm.pipeline.default_backends`).
+    """
+    from wasp_vllm.pipeline import Run, default_backends, prepare
+
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
+    cfg = run_config(private, config, settings)
+    RunStore(out).check(resume=resume, overwrite=overwrite)
+    # Every check (settings, data, model names, out) runs before the first model loads.
+    ctx = prepare(cfg, check_models=backends is None, private_table=as_table(private))
+    _log_plan(ctx)
+    chosen = backends or default_backends(cfg)
+    run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress)
+    manifest = run.execute(resume=resume, overwrite=overwrite)
+    return RunResult(Path(out), manifest)
+
+
+def _log_plan(ctx: Any) -> None:
+    plan, cfg = ctx.plan, ctx.cfg
+    sigma = f"{plan.sigma:.3f}" if plan.sigma is not None else "none (no voting rounds)"
+    records = f"M={cfg.private_limit}" if cfg.private_limit is not None else "all"
+    log.info(
+        "%s: %s private records, %d PLMs, N=%d over T=%d rounds; (eps=%g, delta=%g) -> sigma=%s [%s, %s]",
+        cfg.strategy, records, len(cfg.plms), cfg.n, cfg.rounds, cfg.epsilon, cfg.delta, sigma, plan.mode,
+        plan.neighbour,
+    )  # fmt: skip
+
+
+def evaluate(
+    synthetic: RunResult | str | Path,
+    *,
+    test: Any,
+    task: str = "drugs",
+    private: Any = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Train a task model on the synthetic set and score it on real test data (see ``evaluate``).
+
+    ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the
+    operator's FID against the raw private records, in the report's ``operator_only`` section.
+    """
+    from wasp_vllm.evaluate import evaluate_synthetic
+
+    path = synthetic.synthetic_path if isinstance(synthetic, RunResult) else Path(synthetic)
+    return evaluate_synthetic(str(path), str(test), task, private_source=private, **options)

@@ -1,0 +1,204 @@
+"""The commands beside ``generate``: evaluate, hotpate, privacy, tasks, models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from wasp_vllm.cli.app import app, console, friendly_errors, setup_logging
+
+
+@app.command()
+def evaluate(
+    synthetic: Annotated[Path, typer.Option(help="synthetic.parquet written by `generate`.")],
+    test: Annotated[
+        str, typer.Option(help="Real labelled test set: a file, or 'drugs' (built-in test split).")
+    ],
+    task: Annotated[str, typer.Option(help="Task name or task file (gives the label set).")] = "drugs",
+    private: Annotated[
+        str | None,
+        typer.Option(help="Private set for FID (synthetic vs private embeddings); omit to skip FID."),
+    ] = None,
+    private_limit: Annotated[
+        int | None, typer.Option("--m", help="Same M as the generation run (for FID).")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the task model, and of the private sample (as in generate).")
+    ] = 0,
+    model: Annotated[
+        str, typer.Option(help="Task model: 'logreg' (CPU, on embeddings) or 'bert' (fine-tune).")
+    ] = "logreg",
+    bert_path: Annotated[
+        str | None, typer.Option(help="Local BERT-like model directory for --model bert.")
+    ] = None,
+    embedder: Annotated[str, typer.Option(help="Sentence embedder for logreg and FID.")] = "auto",
+    text_col: Annotated[str, typer.Option(help="Text column of the test file.")] = "text",
+    label_col: Annotated[str, typer.Option(help="Label column of the test file.")] = "label",
+    out: Annotated[Path | None, typer.Option(help="Also write the report as JSON here.")] = None,
+) -> None:
+    """Train a task model on the synthetic set and score it on real test data (accuracy, macro-F1, FID)."""
+    setup_logging(False)
+    with friendly_errors():
+        from wasp_vllm.evaluate import EvaluationError, evaluate_synthetic
+
+        try:
+            report = evaluate_synthetic(
+                str(synthetic),
+                test,
+                task,
+                private_source=private,
+                model=model,
+                embedder_spec=embedder,
+                seed=seed,
+                text_col=text_col,
+                label_col=label_col,
+                private_limit=private_limit,
+                private_seed=seed,
+                bert_path=bert_path,
+            )
+        except EvaluationError as exc:
+            raise ValueError(str(exc)) from None
+        text = json.dumps(report, indent=2, default=str)
+        if out is not None:
+            out.write_text(text + "\n")
+        typer.echo(text)
+
+
+@app.command()
+def hotpate(
+    private: Annotated[str, typer.Option(help="Private data: a file, or 'drugs'.")] = "drugs",
+    task: Annotated[str, typer.Option(help="Task name or task file.")] = "drugs",
+    text_col: Annotated[str, typer.Option(help="Text column of the private file.")] = "text",
+    label_col: Annotated[str, typer.Option(help="Label column of the private file.")] = "label",
+    private_limit: Annotated[int | None, typer.Option("--m", help="Use M private records.")] = None,
+    teachers: Annotated[
+        int, typer.Option(help="Number of teachers (disjoint parts of the private data).")
+    ] = 64,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per synthetic record.")] = 48,
+    n: Annotated[int, typer.Option("--n", help="Synthetic records to write.")] = 10,
+    model: Annotated[str, typer.Option(help="PLM preset or model directory (hf engine).")] = "smollm2",
+    epsilon: Annotated[float, typer.Option(help="Privacy budget for all generated tokens.")] = 4.0,
+    delta: Annotated[float, typer.Option(help="Privacy parameter delta.")] = 1e-5,
+    ensemble: Annotated[
+        str, typer.Option(help="'coordinated' (Hot PATE) or 'independent' (cold PATE).")
+    ] = "coordinated",
+    seed: Annotated[int, typer.Option(help="Seed of the shared randomness and prompts.")] = 0,
+    out: Annotated[Path, typer.Option(help="Output directory (synthetic.parquet, manifest.json).")] = Path(
+        "runs/hotpate"
+    ),
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run already in --out.")] = False,
+) -> None:
+    """Hot PATE: synthetic records from DP aggregation of many teachers' next-token distributions."""
+    setup_logging(False)
+    with friendly_errors():
+        from wasp_vllm.data import load_private
+        from wasp_vllm.hotpate.generate import run_hotpate
+        from wasp_vllm.privacy.sampling import voting_neighbour
+        from wasp_vllm.store import RunStore, write_json, write_parquet
+        from wasp_vllm.tasks import get_task
+
+        spec = get_task(task)
+        data = load_private(private, spec, text_col, label_col, limit=private_limit, seed=seed)
+        store = RunStore(out)
+        store.prepare(resume=False, overwrite=overwrite)
+        secret = store.secret(None, create=True)  # the noise comes from a secret key, never --seed
+        table, report = run_hotpate(
+            data.texts,
+            [spec.labels[i] for i in data.labels],
+            spec.labels,
+            model=model,
+            teachers=teachers,
+            max_tokens=max_tokens,
+            n_samples=n,
+            epsilon=epsilon,
+            delta=delta,
+            seed=seed,
+            ensemble=ensemble,
+            # An --m draw swaps at most one record, which may touch two teachers.
+            neighbour=voting_neighbour("add_remove", selected=private_limit is not None).value,
+            noise_rng=secret.generator("hotpate"),
+        )
+        write_parquet(out / "synthetic.parquet", table)
+        # Published: settings and functions of the releases only (no count or hash of the records).
+        write_json(
+            out / "manifest.json",
+            {"method": "hotpate", "privacy": report, "private_data": {"requested_m": private_limit}},
+        )
+        console.print(f"wrote {table.num_rows} records to {out}")
+
+
+@app.command()
+def privacy(
+    epsilon: Annotated[float, typer.Option(help="Target epsilon.")] = 4.0,
+    delta: Annotated[float, typer.Option(help="Target delta.")] = 1e-5,
+    rounds: Annotated[int, typer.Option(help="Rounds T (T-1 of them vote).")] = 5,
+    q: Annotated[int, typer.Option("--q", help="Top-Q votes per private record.")] = 8,
+    records_per_unit: Annotated[int, typer.Option(help="Records per user (user-level DP).")] = 1,
+) -> None:
+    """Print the noise scale sigma under both accountants for these settings."""
+    with friendly_errors():
+        from wasp_vllm.privacy.accountant import plan_privacy
+
+        table = Table(title=f"eps={epsilon}, delta={delta}, T={rounds}, Q={q}")
+        for col in ("accountant", "neighbour", "sensitivity", "sigma", "eps actually spent (exact)"):
+            table.add_column(col)
+        for mode, neighbour in (("paper", "add_remove"), ("exact", "add_remove"), ("exact", "replace")):
+            plan = plan_privacy(
+                epsilon, delta, rounds, q, mode=mode, neighbour=neighbour, records_per_unit=records_per_unit
+            )
+            sigma = "-" if plan.sigma is None else f"{plan.sigma:.3f}"
+            table.add_row(
+                mode, neighbour, f"{plan.sensitivity:.4f}", sigma, f"{plan.epsilon_exact_spent:.3f}"
+            )
+        Console().print(table)
+
+
+@app.command()
+def strategies() -> None:
+    """List the methods `--strategy` accepts: WASP, its ablations and the baselines."""
+    from wasp_vllm.strategies import STRATEGIES
+
+    table = Table(title="strategies (generate --strategy NAME)")
+    for col in ("name", "what it does", "votes (Q)", "prompt after round 0", "re-weights PLMs"):
+        table.add_column(col)
+    for s in STRATEGIES.values():
+        q = ("--q" if s.top_q is None else str(s.top_q)) if s.votes else "never"
+        table.add_row(s.name, s.summary, q, s.later_prompt.value, "yes" if s.reweights else "no")
+    Console().print(table)
+
+
+@app.command()
+def tasks() -> None:
+    """List the built-in tasks with their labels."""
+    from wasp_vllm.tasks import get_task, list_tasks
+
+    table = Table(title="tasks (or pass a TOML/YAML task file to --task)")
+    for col in ("name", "labels", "attribute"):
+        table.add_column(col)
+    for name in list_tasks():
+        spec = get_task(name)
+        table.add_row(name, ", ".join(spec.labels), spec.attribute_name or "-")
+    Console().print(table)
+
+
+@app.command()
+def models() -> None:
+    """List the named PLM presets and whether each resolves on this machine."""
+    from wasp_vllm.engines.registry import PRESETS, ModelError, resolve_plm
+
+    table = Table(title="PLM presets (or pass a model directory / name@endpoint to --plms)")
+    for col in ("name", "model", "kind", "available here"):
+        table.add_column(col)
+    for preset in PRESETS.values():
+        try:
+            available = "yes" if preset.packaged else str(resolve_plm(preset.name).path)
+        except ModelError:
+            available = "no (not in the local HF cache)"
+        kind = "seq2seq (hf engine)" if preset.seq2seq else ("chat" if preset.chat else "base")
+        table.add_row(preset.name, preset.hf_id or preset.description, kind, available)
+    Console().print(table)

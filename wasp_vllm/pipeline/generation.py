@@ -1,0 +1,230 @@
+"""Generation of one round: every active PLM writes its quota; a PLM that fails for good hands its
+share to the others within the same round.  Rejected samples are regenerated, never copied."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from wasp_vllm.engines import Completion, Engine, GenerationParams
+from wasp_vllm.pipeline.prompts import (
+    RoundInputs,
+    Share,
+    Slot,
+    clean_sample,
+    make_slots,
+    normalize_text,
+    request_seed,
+)
+from wasp_vllm.run_state import RunState
+from wasp_vllm.selection import split_over_labels
+
+log = logging.getLogger(__name__)
+
+
+class PipelineError(RuntimeError):
+    """The run cannot go on (every PLM failed, or the settings do not fit the data)."""
+
+
+class EngineFailed(RuntimeError):
+    def __init__(self, plm: str, reason: str) -> None:
+        super().__init__(f"PLM {plm} failed repeatedly ({reason})")
+        self.plm = plm
+
+
+@dataclass
+class PLMResult:
+    """What one PLM wrote in one round (rows in the Arrow data contract, minus embeddings)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+    prompt_seconds: float = 0.0  # of ``seconds``: building prompts (public work, no engine)
+    engine_seconds: float = 0.0  # of ``seconds``: inside the engine (the rest is cleaning)
+    shortfall: int = 0
+    failures: int = 0
+
+    def merge(self, other: PLMResult) -> None:
+        self.rows += other.rows
+        self.tokens += other.tokens
+        self.seconds += other.seconds
+        self.prompt_seconds += other.prompt_seconds
+        self.engine_seconds += other.engine_seconds
+        self.shortfall += other.shortfall
+        self.failures += other.failures
+
+
+Progress = Callable[[int], None]
+
+
+def generate_share(
+    engine: Engine, rin: RoundInputs, share: Share, plm: str, on_progress: Progress
+) -> PLMResult:
+    """Generate ``share.quota`` clean samples; rejects are regenerated, never copied."""
+    cfg, t = rin.cfg, rin.t
+    counts = split_over_labels(share.quota, len(rin.task.labels), offset=(t + share.k) % len(rin.task.labels))
+    wanted = [rin.task.labels[c] for c, n in enumerate(counts) for _ in range(int(n))]
+    result = PLMResult()
+    kept_keys: set[str] = set()
+    start = time.perf_counter()
+    for attempt in range(cfg.max_attempts):
+        if not wanted:
+            break
+        started = time.perf_counter()
+        slots = make_slots(rin, share, wanted, attempt)
+        result.prompt_seconds += time.perf_counter() - started
+        seeds = [request_seed(cfg.seed, t, share.k, share.part, s.index, attempt) for s in slots]
+        started = time.perf_counter()
+        completions = _generate_with_retries(engine, slots, seeds, rin.params, cfg.engine_retries, result)
+        result.engine_seconds += time.perf_counter() - started
+        missing = []
+        for slot, completion in zip(slots, completions, strict=True):
+            result.tokens += completion.n_tokens
+            text = clean_sample(completion.text, slot, rin.seen, kept_keys)
+            if text is None:
+                missing.append(slot.label)
+                continue
+            kept_keys.add(normalize_text(text))
+            # The run's own PLM name, not the engine's: a served model may call itself otherwise.
+            result.rows.append(_row(text, slot, plm, t, share, attempt))
+        on_progress(len(wanted) - len(missing))
+        wanted = missing
+    result.shortfall = len(wanted)
+    result.seconds = time.perf_counter() - start
+    if result.shortfall:
+        log.debug(
+            "%s round %d: %d of %d samples still unusable after %d attempts; asking the others",
+            engine.name, t, result.shortfall, share.quota, cfg.max_attempts,
+        )  # fmt: skip
+    return result
+
+
+def _row(text: str, slot: Slot, plm: str, t: int, share: Share, attempt: int) -> dict[str, Any]:
+    return {
+        "id": f"r{t}-k{share.k}-p{share.part}-a{attempt}-{slot.index:06d}",
+        "text": text,
+        "label": slot.label,
+        "attribute": slot.attribute,
+        "plm": plm,
+        "round": t,
+        "prompt_kind": slot.kind,
+    }
+
+
+def _generate_with_retries(
+    engine: Engine,
+    slots: list[Slot],
+    seeds: list[int],
+    params: GenerationParams,
+    retries: int,
+    result: PLMResult,
+) -> list[Completion]:
+    prompts = [s.prompt for s in slots]
+    for attempt in range(retries + 1):
+        try:
+            completions = engine.generate(prompts, seeds, params)
+            if len(completions) != len(prompts):
+                raise RuntimeError(f"engine returned {len(completions)} outputs for {len(prompts)} prompts")
+            return completions
+        except Exception as exc:  # noqa: BLE001 - any engine failure is retried, then reported
+            result.failures += 1
+            log.warning(
+                "engine %s failed (%s, try %d of %d)",
+                engine.name,
+                type(exc).__name__,
+                attempt + 1,
+                retries + 1,
+            )
+            if attempt == retries:
+                raise EngineFailed(engine.name, type(exc).__name__) from None
+    raise AssertionError("unreachable")
+
+
+def drop_cross_plm_duplicates(results: dict[str, PLMResult]) -> None:
+    """Two PLMs of one round may write the same text; keep the first (in PLM order), never a copy."""
+    kept: set[str] = set()
+    for res in results.values():
+        unique = []
+        for row in res.rows:
+            key = normalize_text(row["text"])
+            if key in kept:
+                res.shortfall += 1
+                continue
+            kept.add(key)
+            unique.append(row)
+        res.rows = unique
+
+
+@dataclass
+class RoundGeneration:
+    """Runs the PLMs' shares of a round, concurrently where the engines allow it."""
+
+    engines: dict[str, Engine]
+    concurrent: bool
+    timings: dict[str, float]
+    progress: Any = None
+
+    def run(self, rin: RoundInputs, quotas: np.ndarray, state: RunState) -> dict[str, PLMResult]:
+        """Every active PLM writes its quota; what is missing is made up within the round.
+
+        A PLM that fails for good hands its share to the others; samples still unusable after
+        ``max_attempts`` and copies across PLMs are asked again of the active PLMs (by weight),
+        for at most ``len(plms) + max_attempts`` passes.  Only if that cannot fill the round
+        (every PLM failing, or none writing anything new) does it end short.
+        """
+        plms, total = state.plms, int(quotas.sum())
+        results: dict[str, PLMResult] = {}
+        shares = [Share(k, int(quotas[k])) for k, p in enumerate(plms) if p in state.active]
+        for part in range(1, len(plms) + rin.cfg.max_attempts + 1):
+            for share, res in self._run_shares(rin, shares, plms):
+                if isinstance(res, EngineFailed):
+                    state.drop(plms[share.k], f"round {rin.t}: {res}")
+                else:
+                    results.setdefault(plms[share.k], PLMResult()).merge(res)
+            drop_cross_plm_duplicates(results)
+            deficit = total - sum(len(r.rows) for r in results.values())
+            if deficit <= 0:
+                break
+            if not state.active:
+                raise PipelineError("every PLM failed; see the log for the engine errors")
+            # Only PLMs that wrote usable samples this round are asked to make up the rest.
+            delivering = [p for p in state.active if results.get(p) and results[p].rows]
+            if not delivering:
+                break
+            extra = state.quotas(deficit, 0, among=delivering)
+            shares = [Share(k, int(q), part) for k, q in enumerate(extra) if q > 0]
+        if deficit > 0:
+            log.warning("round %d: %d of %d samples could not be written by any PLM", rin.t, deficit, total)
+        return results
+
+    def _run_shares(
+        self, rin: RoundInputs, shares: list[Share], plms: list[str]
+    ) -> list[tuple[Share, PLMResult | EngineFailed]]:
+        def work(share: Share) -> tuple[Share, PLMResult | EngineFailed]:
+            name = plms[share.k]
+            bar = (
+                self.progress.add_task(f"round {rin.t} · {name}", total=share.quota)
+                if self.progress
+                else None
+            )
+            advance = (lambda n: self.progress.advance(bar, n)) if self.progress else (lambda n: None)
+            try:
+                res = generate_share(self.engines[name], rin, share, name, advance)
+            except EngineFailed as exc:
+                log.error("%s; continuing without it", exc)
+                return share, exc
+            stages = {"generation": res.seconds, "prompts": res.prompt_seconds, "engine": res.engine_seconds}
+            for stage, seconds in stages.items():
+                self.timings[f"{stage}:{name}"] = self.timings.get(f"{stage}:{name}", 0.0) + seconds
+            return share, res
+
+        if self.concurrent and len(shares) > 1:
+            with ThreadPoolExecutor(max_workers=len(shares)) as pool:
+                return list(pool.map(work, shares))
+        return [work(share) for share in shares]

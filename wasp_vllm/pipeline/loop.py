@@ -1,0 +1,262 @@
+"""The round loop of WASP and of the baselines that share it (the paper's Algorithm 1).
+
+Each round: quotas from the weights -> every PLM writes its quota -> the samples are cleaned and
+embedded -> (all rounds but the last) the private records release noisy votes -> the votes pick
+next round's pools and PLM weights -> the round is committed to disk.  Only the noisy histograms
+leave the voting step; everything after it is post-processing.  Committed rounds make
+``resume`` continue a killed run and write what an uninterrupted run would have written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from wasp_vllm.config import ConfigError
+from wasp_vllm.devices import gpu_available
+from wasp_vllm.engines import Engine, GenerationParams, ModelError
+from wasp_vllm.pipeline.context import RunContext, per_round_totals
+from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
+from wasp_vllm.pipeline.manifest import build_manifest
+from wasp_vllm.pipeline.prompts import RoundInputs, normalize_text
+from wasp_vllm.privacy.accountant import PrivacyLedger, get_accountant
+from wasp_vllm.privacy.mechanisms import CentralVoting, FederatedVoting, Voters, VotingMechanism
+from wasp_vllm.privacy.secrets import RunSecret
+from wasp_vllm.privacy.voting import NoisyVotes
+from wasp_vllm.run_state import Pools, RoundRecord, RunState
+from wasp_vllm.selection import plm_weights, select_pools
+from wasp_vllm.store import CheckpointError, RunStore, sample_schema, sha256_file, write_json, write_parquet
+
+log = logging.getLogger(__name__)
+
+#: ``engine_factory(plm_spec, cfg) -> Engine``: how the run gets one engine per PLM.
+EngineFactory = Callable[[str, Any], Engine]
+
+
+class Run:
+    """One WASP (or baseline) run writing to one output directory.
+
+    ``engine_factory`` and ``embedder`` are the run's backends (real ones from
+    :func:`wasp_vllm.pipeline.backends.default_backends`, test doubles in unit tests).
+    """
+
+    def __init__(self, ctx: RunContext, out: Any, *, engine_factory: EngineFactory, embedder: Any,
+                 progress: Any = None) -> None:  # fmt: skip
+        self.ctx, self.cfg, self.strategy = ctx, ctx.cfg, ctx.strategy
+        self.store = RunStore(out)
+        self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
+        self.timings: dict[str, float] = {}
+        self.engines: dict[str, Engine] = {}
+        self.voting: VotingMechanism | None = None
+        self.secret: RunSecret | None = None
+        self.tables: list[pa.Table] = []
+
+    def execute(self, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+        self.store.prepare(resume=resume, overwrite=overwrite)
+        state = self._load_or_start(resume)
+        if state.completed_rounds < self.cfg.rounds:  # else killed while writing the final file
+            with self._session(state):
+                for t in range(state.completed_rounds, self.cfg.rounds):
+                    self._round(t, state)
+        return self._finish(state)
+
+    def _round(self, t: int, state: RunState) -> None:
+        """One round of Algorithm 1."""
+        weights_before = list(state.weights)
+        quotas = state.quotas(int(per_round_totals(self.cfg.n, self.cfg.rounds)[t]), self.cfg.min_plm_share)
+        results = self._timed("generation", self.generation.run, self._inputs(t, state), quotas, state)
+        new = self._embed(results)
+        votes = None
+        if self.voting is not None and t < self.cfg.rounds - 1:
+            synth = pa.concat_tables([*self.tables, new])  # D so far, shared by voting and selection
+            votes = self._release(t, synth)
+            self._post_process(votes, synth, state)
+        self._commit(t, new, votes, state, RoundRecord(
+            t, dict(zip(self.cfg.plms, quotas.tolist(), strict=True)), weights_before, list(state.weights),
+            {p: len(r.rows) for p, r in results.items()}, {p: r.shortfall for p, r in results.items()},
+            {p: r.tokens for p, r in results.items()}, {p: round(r.seconds, 3) for p, r in results.items()},
+            {p: r.failures for p, r in results.items()}, int(quotas.sum()) - new.num_rows,
+        ))  # fmt: skip
+
+    # -- the steps -------------------------------------------------------------------------
+
+    def _inputs(self, t: int, state: RunState) -> RoundInputs:
+        seen = frozenset(normalize_text(s) for tbl in self.tables for s in tbl.column("text").to_pylist())
+        task, cfg = self.ctx.task, self.cfg
+        params = GenerationParams(
+            max_new_tokens=cfg.max_new_tokens or task.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            stop=tuple(task.stop),
+        )
+        return RoundInputs(cfg, self.strategy, task, state.pools, t, seen, params)
+
+    def _embed(self, results: dict[str, PLMResult]) -> pa.Table:
+        new = pa.Table.from_pylist([r for res in results.values() for r in res.rows], schema=sample_schema())
+        emb = self._timed("embedding", self.embedder.encode, new.column("text").to_pylist())
+        new = new.append_column("embedding", pa.FixedSizeListArray.from_arrays(emb.reshape(-1), emb.shape[1]))
+        # Readers reuse stored embeddings only when they come from the same embedder.
+        return new.replace_schema_metadata({"embedder": str(getattr(self.embedder, "name", "unknown"))})
+
+    def _release(self, t: int, synth: pa.Table) -> NoisyVotes:
+        """The only step that reads private data; only the noisy histograms leave it."""
+        assert self.voting is not None
+        emb = np.asarray(synth.column("embedding").combine_chunks().flatten(), dtype=np.float32)
+        labels = np.array([self.ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
+        start = time.perf_counter()
+        votes = self.voting.release(t, emb.reshape(synth.num_rows, -1), labels)
+        # The time of private work scales with the private data: it stays in the operator's state.
+        self.timings["private:voting"] = self.timings.get("private:voting", 0.0) + time.perf_counter() - start
+        log.info("round %d voted: epsilon spent %.4g of %g (exact accountant)", t,
+                 self.voting.ledger.spent_epsilon(), self.cfg.epsilon)  # fmt: skip
+        return votes
+
+    def _post_process(self, votes: NoisyVotes, synth: pa.Table, state: RunState) -> None:
+        """Next round's pools and PLM weights from the noisy votes (public post-processing)."""
+        labels_of = self.ctx.task.labels
+        texts = synth.column("text").to_pylist()
+        labels = np.array([labels_of.index(x) for x in synth.column("label").to_pylist()])
+        chosen = select_pools(votes.h_near, votes.h_far, labels, self.cfg.s, len(labels_of))
+        state.pools = Pools(
+            good={labels_of[c]: [texts[i] for i in p.good] for c, p in chosen.items()},
+            bad={labels_of[c]: [texts[i] for i in p.bad] for c, p in chosen.items()},
+        )
+        if self.strategy.reweights:
+            plm_of = np.array([self.cfg.plms.index(p) for p in synth.column("plm").to_pylist()])
+            state.weights = plm_weights(
+                votes.h_near, plm_of, len(self.cfg.plms), np.asarray(state.weights)
+            ).tolist()
+            state.renormalise()  # a dropped PLM's old samples still get votes
+
+    def _commit(
+        self, t: int, new: pa.Table, votes: NoisyVotes | None, state: RunState, record: RoundRecord
+    ) -> None:
+        if votes is not None:
+            ids = pa.concat_tables([*self.tables, new]).column("id")
+            table = pa.table({"id": ids, "h_near": votes.h_near, "h_far": votes.h_far})
+            state.checksums[self.store.votes_path(t).name] = self._timed(
+                "io", write_parquet, self.store.votes_path(t), table
+            )
+        state.checksums[self.store.round_path(t).name] = self._timed(
+            "io", write_parquet, self.store.round_path(t), new
+        )
+        state.rounds.append(record)
+        state.timings = dict(self.timings)
+        self._timed("io", self.store.save_state, state)
+        self.tables.append(new)
+        log.info("round %d: %d samples, weights %s", t, new.num_rows, np.round(state.weights, 3).tolist())
+
+    # -- starting, resuming, finishing -------------------------------------------------------
+
+    def _load_or_start(self, resume: bool) -> RunState:
+        state = self.store.load_state() if resume else None
+        if state is not None and state.config_fingerprint != self.cfg.fingerprint():
+            raise ConfigError("--resume with different settings than the run in --out; use the same ones")
+        if state is not None and state.data_fingerprint != self.ctx.private.fingerprint():
+            raise ConfigError("--resume with different private data than the run in --out")
+        secret = self._secret(create=state is None or state.noise_key_check is None)
+        if state is None:
+            state = RunState(
+                config_fingerprint=self.cfg.fingerprint(),
+                # Keyed by the owner's secret: a plain hash of the records would be a release with
+                # infinite epsilon (see wasp_vllm.privacy.secrets); the state is the operator's.
+                data_fingerprint=self.ctx.private.fingerprint(),
+                noise_key_check=secret.check_value() if secret is not None else None,
+                plms=list(self.cfg.plms),
+                weights=[1.0 / len(self.cfg.plms)] * len(self.cfg.plms),
+                ledger=PrivacyLedger(self.cfg.epsilon, self.cfg.delta, get_accountant(self.cfg.accountant)),
+                active=list(self.cfg.plms),
+            )
+        elif state.noise_key_check not in (None, secret.check_value() if secret else None):
+            raise CheckpointError(
+                f"{self.store.key_path} (or --noise-seed) is not the noise key of the run in --out"
+            )
+        else:
+            log.info("resuming after round %d", state.completed_rounds - 1)
+        self.secret = secret
+        self.timings.update(state.timings)
+        self.tables = [self.store.read_round(t) for t in range(state.completed_rounds)]
+        return state
+
+    def _secret(self, *, create: bool) -> RunSecret | None:
+        """The noise secret, for runs that vote; a fixed --noise-seed voids the guarantee."""
+        if not (self.strategy.votes and self.ctx.plan.needs_noise):
+            return None
+        if self.cfg.noise_seed is not None:
+            log.warning(
+                "--noise-seed is set: anyone who knows it can remove the DP noise. This run's "
+                "epsilon is VOID (the manifest says so); never use it on data that matters"
+            )
+        return self.store.secret(self.cfg.noise_seed, create=create)
+
+    @contextmanager
+    def _session(self, state: RunState) -> Iterator[None]:
+        """Engines for the active PLMs, the embedder and the voting mechanism; engines closed after."""
+        try:
+            self._open_engines(state)
+            concurrent = self.cfg.concurrent if self.cfg.concurrent is not None else gpu_available()
+            concurrent = concurrent and not self.cfg.sleep_mode  # sleeping engines take turns
+            self.generation = RoundGeneration(self.engines, concurrent, self.timings, self.progress)
+            if hasattr(self.embedder, "load"):  # a lazy embedder: its start-up is a stage of its own
+                self._timed("startup:embedder", self.embedder.load)
+            self.voting = self._open_voting(state)
+            yield
+        finally:
+            self.close()
+
+    def _open_voting(self, state: RunState) -> VotingMechanism | None:
+        if self.secret is None:  # FuseGen never reads the private records
+            return None
+        private = self.ctx.private
+        embeddings = self._timed("private:embedding", self.embedder.encode, private.texts)
+        voters = Voters(embeddings, private.labels, private.parties)
+        args = (voters, self.strategy.q(self.cfg.q), self.ctx.plan, self.secret, state.ledger)
+        if private.parties is not None:
+            return FederatedVoting(*args, n_parties=int(self.cfg.parties or 0), tolerance=self.cfg.tolerance)
+        return CentralVoting(*args)
+
+    def _open_engines(self, state: RunState) -> None:
+        for name in state.active:
+            start = time.perf_counter()
+            try:
+                self.engines[name] = self.engine_factory(name, self.cfg)
+            except ModelError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a model that passed the cheap checks but will not load
+                raise ModelError(
+                    f"PLM {name} could not be loaded ({type(exc).__name__}); see the log"
+                ) from exc
+            self.timings[f"startup:{name}"] = (
+                self.timings.get(f"startup:{name}", 0.0) + time.perf_counter() - start
+            )
+
+    def _timed(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start
+
+    def close(self) -> None:
+        for name, engine in self.engines.items():
+            try:
+                self._timed(f"shutdown:{name}", engine.close)
+            except Exception:  # noqa: BLE001 - closing must not hide the real error
+                log.debug("closing engine %s failed", engine.name, exc_info=True)
+        self.engines.clear()
+
+    def _finish(self, state: RunState) -> dict[str, Any]:
+        # Built from the checkpointed round files, so a resumed run writes the same bytes.
+        final = pa.concat_tables([self.store.read_round(t) for t in range(self.cfg.rounds)]).combine_chunks()
+        out = self.store.out / "synthetic.parquet"
+        self._timed("io", write_parquet, out, final)
+        manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out))
+        write_json(self.store.out / "manifest.json", manifest)
+        return manifest

