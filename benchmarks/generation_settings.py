@@ -45,7 +45,7 @@ SETTINGS = {
 
 def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, embedder) -> dict:
     from wasp_vllm.config import RunConfig
-    from wasp_vllm.evaluate import evaluate_synthetic
+    from wasp_vllm.evaluation import evaluate_synthetic
     from wasp_vllm.pipeline import Run, prepare
 
     cfg = RunConfig(

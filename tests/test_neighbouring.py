@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import wasp_vllm.evaluate.runner
+import wasp_vllm.evaluation.runner
 import wasp_vllm.privacy.federated
 import wasp_vllm.privacy.voting
 from tests.fakes import HashEmbedderForTests, use_fake_backends
@@ -52,7 +52,7 @@ PUBLIC_TEST = [{"text": t, "label": LABELS[i % 3]} for i, t in enumerate(private
 def doubles(monkeypatch):
     calls.clear()
     use_fake_backends(monkeypatch)
-    monkeypatch.setattr(wasp_vllm.evaluate.runner, "_make_embedder", lambda spec: HashEmbedderForTests())
+    monkeypatch.setattr(wasp_vllm.evaluation.runner, "_make_embedder", lambda spec: HashEmbedderForTests())
 
 
 def vote_double(monkeypatch) -> None:

@@ -159,7 +159,7 @@ def evaluate(
     ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the
     operator's FID against the raw private records, in the report's ``operator_only`` section.
     """
-    from wasp_vllm.evaluate import evaluate_synthetic
+    from wasp_vllm.evaluation import evaluate_synthetic
 
     path = synthetic.synthetic_path if isinstance(synthetic, RunResult) else Path(synthetic)
     return evaluate_synthetic(str(path), str(test), task, private_source=private, **options)

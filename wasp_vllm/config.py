@@ -88,6 +88,26 @@ class RunConfig(BaseModel):
         "prefix cache reuses them (0 = a fresh draw per prompt).", METHOD, ge=0,
     )  # fmt: skip
     min_plm_share: int = setting(0, "Floor on each PLM's per-round quota.", METHOD, ge=0)
+    prompt_style: Literal["paper", "short"] = setting(
+        "paper",
+        "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs).",
+        METHOD,
+    )
+    quality_gate: bool = setting(
+        True, "Reject junk before it joins the synthetic set (echoes, non-language, markup, wrong script, "
+        "list fragments, loops, lengths from the task file); rejects are regenerated.", METHOD,
+    )  # fmt: skip
+    label_prior: Literal["uniform", "private"] = setting(
+        "uniform", "Samples per label: 'uniform', or 'private' (proportional to a noisy histogram of the "
+        "private labels, paid with --label-prior-share of epsilon).", METHOD,
+    )  # fmt: skip
+    label_prior_share: float = setting(
+        0.1, "Share of the privacy budget (in GDP mu^2) spent on the label histogram.", PRIVACY, gt=0, lt=1
+    )
+    final_vote: bool = setting(
+        False, "Spend one more vote over the whole output and write a `weight` column from it (the run "
+        "pays for T votes instead of T-1).", METHOD,
+    )  # fmt: skip
     parties: int | None = setting(None, "Federated: number of data parties L.", METHOD, ge=2)
     dirichlet: float = setting(
         1.0, "Federated: Dirichlet alpha of the label split over parties.", METHOD, gt=0
@@ -157,6 +177,8 @@ class RunConfig(BaseModel):
             raise ValueError(problem)
         if self.n < self.rounds:
             raise ValueError(f"n={self.n} is smaller than rounds={self.rounds}")
+        if self.label_prior == "private" and self.accountant != "exact":
+            raise ValueError("label_prior=private needs the exact accountant (it splits the budget in mu^2)")
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "

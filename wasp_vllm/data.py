@@ -274,12 +274,8 @@ def load_private(
     """
     table, builtin = source_table(source, "train")
     if builtin is not None:
-        text_col, label_col, attribute_col, user_col = (
-            builtin["text_col"],
-            builtin["label_col"],
-            builtin["attribute_col"],
-            None,
-        )
+        text_col, label_col, attribute_col = builtin.text_col, builtin.label_col, builtin.attribute_col
+        user_col = None
     data = table_to_set(table, task, str(source), text_col, label_col, attribute_col, user_col)
     data = draw_records(data, limit, seed, cap)
     debug_private(
@@ -298,8 +294,7 @@ def load_test(
     """Load a labelled test set from a file, or the built-in 'drugs' set (test split)."""
     table, builtin = source_table(source, "test")
     if builtin is not None:
-        text_col, label_col = builtin["text_col"], builtin["label_col"]
-        attribute_col = builtin["attribute_col"]
+        text_col, label_col, attribute_col = builtin.text_col, builtin.label_col, builtin.attribute_col
     data = table_to_set(table, task, str(source), text_col, label_col, attribute_col)
     logger.info("test set from %s: %d records", source, len(data))
     return data

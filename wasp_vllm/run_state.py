@@ -41,6 +41,8 @@ class RoundRecord:
     engine_failures: dict[str, int]
     #: Samples of the round no PLM could write (quotas minus rows): 0 unless engines failed for good.
     missing: int = 0
+    #: Generated samples rejected, per PLM and reason (empty, duplicate, prompt_echo, the gate's).
+    rejects: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,6 +61,8 @@ class RunState:
     rounds: list[RoundRecord] = field(default_factory=list)
     checksums: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    #: Share of each label in the samples to write (None: even), from the noisy label histogram.
+    label_shares: list[float] | None = None
 
     @property
     def completed_rounds(self) -> int:

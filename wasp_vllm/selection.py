@@ -241,3 +241,37 @@ def split_over_labels(n: int, n_labels: int, offset: int = 0) -> np.ndarray:
     extra = (int(offset) + np.arange(n % n_labels)) % n_labels
     out[extra] += 1
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# label shares and sample weights
+# ------------------------------------------------------------------------------------------------
+
+#: Smallest share a label keeps, so a rare (or noisy-zero) label still gets pools and samples.
+MIN_LABEL_SHARE = 0.05
+
+
+def label_shares(noisy_counts: np.ndarray, floor: float = MIN_LABEL_SHARE) -> np.ndarray:
+    """Shares of the labels from a noisy histogram (post-processing): clipped at 0, floored, summing to 1."""
+    counts = np.clip(_float_vector("noisy_counts", noisy_counts), 0.0, None)
+    shares = counts / counts.sum() if counts.sum() > 0 else np.full(counts.size, 1.0 / counts.size)
+    shares = np.maximum(shares, floor)
+    return shares / shares.sum()
+
+
+def sample_weights(h_near: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """A weight per sample from noisy near-votes: its rank within its label, mapped to [0.5, 1.5].
+
+    Ranks rather than vote values: the noise is the same for every sample, so only the order
+    carries signal, and a rank keeps every weight bounded whatever the noise draws (ties to the
+    lower row index).  Mean weight 1 per label.
+    """
+    votes = _float_vector("h_near", h_near)
+    labels = np.asarray(labels)
+    out = np.ones(votes.size, dtype=np.float64)
+    for label in np.unique(labels):
+        rows = np.flatnonzero(labels == label)
+        if rows.size > 1:
+            order = _ranked(rows, votes)[::-1]  # lowest votes first
+            out[order] = 0.5 + np.arange(rows.size) / (rows.size - 1)
+    return out

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +14,14 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from wasp_vllm.cli_options import config_command
@@ -44,11 +51,32 @@ def setup_logging(verbose: bool) -> None:
         handlers=[RichHandler(console=console, show_path=False)],
         force=True,
     )
-    for noisy in ("httpx", "sentence_transformers", "transformers", "urllib3", "filelock"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "DEBUG" if verbose else "WARNING")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if not verbose:
+        quiet_third_parties()
+
+
+#: Libraries whose start-up chatter (INFO lines, weight-loading bars, warnings) hides the one
+#: progress display a user wants; ``-v`` shows it all.
+THIRD_PARTY_LOGGERS = ("vllm", "faiss", "transformers", "sentence_transformers", "torch", "httpx", "httpcore",
+                       "urllib3", "filelock", "huggingface_hub", "accelerate", "datasets")  # fmt: skip
+
+
+def quiet_third_parties() -> None:
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Environment read by the libraries (and by vLLM's worker processes) at import time.
+    quiet = {
+        "VLLM_LOGGING_LEVEL": "ERROR",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TQDM_DISABLE": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
+    for key, value in quiet.items():
+        os.environ.setdefault(key, value)
+    warnings.filterwarnings("ignore")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -121,7 +149,10 @@ def _progress() -> Iterator[Progress]:
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("samples"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         console=console,
         transient=False,
     )
@@ -130,13 +161,32 @@ def _progress() -> Iterator[Progress]:
 
 
 def _print_summary(manifest: dict[str, Any], out: Path) -> None:
-    table = Table(title=f"run written to {out}")
-    for column in ("round", *manifest["config"]["plms"]):
+    plms = manifest["config"]["plms"]
+    table = Table(title=f"{manifest['output']['rows']} samples written to {out}")
+    for column in ("round", *plms):
         table.add_column(column)
     for record in manifest["rounds"]:
-        weights = dict(zip(manifest["config"]["plms"], record["weights_before"], strict=True))
-        cells = [f"{record['kept'].get(p, 0)} (w={weights[p]:.2f})" for p in manifest["config"]["plms"]]
+        weights = dict(zip(plms, record["weights_before"], strict=True))
+        cells = [f"{record['kept'].get(p, 0)} (w={weights[p]:.2f})" for p in plms]
         table.add_row(str(record["round"]), *cells)
     console.print(table)
-    spent = manifest["privacy"]["ledger"]
-    console.print(f"privacy spent: {json.dumps(spent, default=str)}", highlight=False)
+    privacy = manifest["privacy"]
+    ledger = privacy["ledger"]
+    sigma = "-" if ledger["sigma"] is None else f"{ledger['sigma']:.3f}"
+    console.print(
+        f"privacy: {privacy['guarantee']}; epsilon spent {ledger['epsilon_spent']:.3f} of "
+        f"{ledger['epsilon_budget']:g}, sigma {sigma}, sensitivity {ledger['sensitivity']}, "
+        f"{ledger['compositions']} releases",
+        highlight=False,
+    )
+    missing = sum(r.get("missing", 0) for r in manifest["rounds"])
+    if missing:
+        dropped = ", ".join(manifest["plms"]["dropped"]) or "none"
+        console.print(
+            f"[bold yellow]short by {missing} samples[/]: no PLM could write them (dropped: {dropped})"
+        )
+    console.print(
+        f"share: {out}/synthetic.parquet, {out}/manifest.json (and `wasp-vllm report {out}`)\n"
+        f"keep to yourself: {out}/private/ (the noise key and checkpoints)",
+        highlight=False,
+    )

@@ -39,12 +39,22 @@ def evaluate(
     embedder: Annotated[str, typer.Option(help="Sentence embedder for logreg and FID.")] = "auto",
     text_col: Annotated[str, typer.Option(help="Text column of the test file.")] = "text",
     label_col: Annotated[str, typer.Option(help="Label column of the test file.")] = "label",
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            help="A real labelled set (never the test split; 'drugs' = its train split) for the label "
+            "agreement: the share of synthetic samples a classifier trained on it labels alike."
+        ),
+    ] = None,
+    weights: Annotated[
+        bool, typer.Option(help="Train on the synthetic file's `weight` column when it has one.")
+    ] = True,
     out: Annotated[Path | None, typer.Option(help="Also write the report as JSON here.")] = None,
 ) -> None:
     """Train a task model on the synthetic set and score it on real test data (accuracy, macro-F1, FID)."""
     setup_logging(False)
     with friendly_errors():
-        from wasp_vllm.evaluate import EvaluationError, evaluate_synthetic
+        from wasp_vllm.evaluation import EvaluationError, evaluate_synthetic
 
         try:
             report = evaluate_synthetic(
@@ -60,6 +70,8 @@ def evaluate(
                 private_limit=private_limit,
                 private_seed=seed,
                 bert_path=bert_path,
+                reference=reference,
+                use_weights=weights,
             )
         except EvaluationError as exc:
             raise ValueError(str(exc)) from None
@@ -142,7 +154,7 @@ def privacy(
 ) -> None:
     """Print the noise scale sigma under both accountants for these settings."""
     with friendly_errors():
-        from wasp_vllm.privacy.accountant import plan_privacy
+        from wasp_vllm.privacy.plan import plan_privacy
 
         table = Table(title=f"eps={epsilon}, delta={delta}, T={rounds}, Q={q}")
         for col in ("accountant", "neighbour", "sensitivity", "sigma", "eps actually spent (exact)"):
@@ -202,3 +214,157 @@ def models() -> None:
         kind = "seq2seq (hf engine)" if preset.seq2seq else ("chat" if preset.chat else "base")
         table.add_row(preset.name, preset.hf_id or preset.description, kind, available)
     Console().print(table)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run (its --out folder).")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for index.html and its PNGs (default RUN_DIR/report; RUN_DIR/private/report "
+            "with --private)."
+        ),
+    ] = None,
+    private: Annotated[
+        str | None,
+        typer.Option(help="Private set for the operator's FID per round; the report is then NOT shareable."),
+    ] = None,
+    private_limit: Annotated[
+        int | None, typer.Option("--m", help="Same M as the run (default: the run's).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the --m draw (default: the run's).")] = None,
+) -> None:
+    """Write a self-contained HTML report of a run: rounds, weights, labels, privacy spent, samples."""
+    setup_logging(False)
+    with friendly_errors():
+        from wasp_vllm.report import render_report
+
+        page = render_report(run_dir, out, private=private, m=private_limit, seed=seed)
+        console.print(f"report written to {page}", highlight=False)
+        if private is not None:
+            console.print(
+                "[bold red]operator only:[/] this report holds FID against the raw private records; "
+                "do not share it",
+                highlight=False,
+            )
+
+
+@app.command()
+def doctor() -> None:
+    """Show what is usable on this machine (devices, engines, models, embedders, data) and why not."""
+    setup_logging(False)
+    from rich.markup import escape
+
+    from wasp_vllm.doctor import GROUPS, diagnose, verdict
+
+    rows = diagnose()
+    colours = {"ok": "green", "missing": "yellow", "unusable": "red"}
+    table = Table(title="wasp-vllm doctor")
+    for col in ("component", "status", "detail"):
+        table.add_column(col, overflow="fold")
+    for group in GROUPS:
+        members = [r for r in rows if r.group == group]
+        for row in members:
+            status = f"[{colours.get(row.status, 'white')}]{row.status}[/]"
+            table.add_row(escape(row.component), status, escape(row.detail))
+        if members and group != GROUPS[-1]:
+            table.add_section()
+    Console().print(table)
+    can, why = verdict(rows)
+    Console().print(f"[bold {'green' if can else 'red'}]{escape(why)}[/]", highlight=False)
+    if not can:
+        raise typer.Exit(1)
+
+
+# --- wasp-vllm fleet up | status | down -----------------------------------------------------------
+
+fleet_app = typer.Typer(
+    name="fleet",
+    help="Serve PLMs with `vllm serve`: start a fleet file's servers, check, stop them (launch/README.md).",
+    no_args_is_help=True,
+)
+app.add_typer(fleet_app)
+FleetDir = Annotated[
+    Path,
+    typer.Option("--dir", help="The fleet's folder: fleet.json (pids, ports), logs/, plms.txt, run.yaml."),
+]
+DEFAULT_FLEET_DIR = Path("launch/fleet-state")
+
+
+def _fleet_error(exc: Exception) -> typer.Exit:
+    """A fleet error may carry a server's log tail: printed as is (several lines); exit code 1."""
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+    return typer.Exit(1)
+
+
+@fleet_app.command("up")
+def fleet_up(
+    fleet_file: Annotated[Path, typer.Argument(help="Fleet file (TOML), e.g. launch/fleet.example.toml.")],
+    directory: FleetDir = DEFAULT_FLEET_DIR,
+    wait: Annotated[
+        float | None, typer.Option(help="Seconds to wait for every /health (default: the file's wait_s).")
+    ] = None,
+) -> None:
+    """Start one `vllm serve` per PLM replica, wait until each is healthy, print the --plms value."""
+    setup_logging(False)
+    from wasp_vllm import fleet
+
+    with friendly_errors():
+        try:
+            servers = fleet.up(fleet.read_fleet(fleet_file), directory, wait_s=wait)
+        except fleet.FleetError as exc:
+            raise _fleet_error(exc) from None
+        console.print(
+            f"fleet up: {len(servers)} server(s); state in {directory}. Generate with\n"
+            f"  wasp-vllm generate --plms '{fleet.plms_value(servers)}' ...\n"
+            f"or with the run file {directory}/run.yaml (--config).\n"
+            f"Stop it with: wasp-vllm fleet down --dir {directory}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        typer.echo(fleet.plms_value(servers))  # stdout: the --plms value alone, for scripts
+
+
+@fleet_app.command("status")
+def fleet_status(
+    directory: FleetDir = DEFAULT_FLEET_DIR,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False,
+) -> None:
+    """Each server of the fleet: running, healthy; exit code 1 unless every one is healthy."""
+    from wasp_vllm import fleet
+
+    rows = fleet.status(directory)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+    else:
+        table = Table(title=f"fleet in {directory}")
+        for col in ("plm", "replica", "url", "gpu", "pid", "running", "healthy", "log"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(
+                *(str(r[c]) for c in ("plm", "replica", "url", "gpu", "pid", "running", "healthy", "log"))
+            )
+        Console().print(table if rows else f"no fleet recorded in {directory}")
+    if not rows or not all(r["healthy"] for r in rows):
+        raise typer.Exit(1)
+
+
+@fleet_app.command("down")
+def fleet_down(
+    directory: FleetDir = DEFAULT_FLEET_DIR,
+    timeout: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 60.0,
+) -> None:
+    """Stop exactly the servers `fleet up` started (each one's process group); logs stay."""
+    setup_logging(False)
+    from wasp_vllm import fleet
+
+    try:
+        stopped = fleet.down(directory, timeout_s=timeout)
+    except fleet.FleetError as exc:
+        raise _fleet_error(exc) from None
+    for s in stopped:
+        console.print(f"stopped {s.label} (process group {s.pid})", highlight=False)
+    console.print(f"fleet in {directory} stopped" if stopped else f"no fleet recorded in {directory}")

@@ -84,14 +84,24 @@ class ResolvedPLM:
     trust_remote_code: bool = False
 
 
-def parse_plm(spec: str) -> tuple[str, str | None]:
-    """Split ``name@http://host:port/v1`` into (model, endpoint); plain names have no endpoint."""
-    if "@" in spec:
-        model, url = spec.split("@", 1)
-        if not url.startswith(("http://", "https://")):
-            raise ModelError(f"endpoint of PLM {model!r} must be an http(s) URL")
-        return model, url
-    return spec, None
+def parse_plm(spec: str) -> tuple[str, list[str] | None]:
+    """Split a PLM spec into (model, endpoint URLs); plain names and paths have no endpoint (None).
+
+    ``name@http://host:8000/v1`` is one served model; ``name@http://a:8000/v1|http://b:8001/v1``
+    names replicas of it (``|``, because ``--plms`` already separates PLMs with commas), which the
+    openai engine spreads requests over and fails over between.
+    """
+    if "@" not in spec:
+        return spec, None
+    model, rest = spec.split("@", 1)
+    urls = [u.strip() for u in rest.split("|")]
+    if not model.strip():
+        raise ModelError(f"PLM spec {spec!r} has no model name before '@'")
+    if not all(u.startswith(("http://", "https://")) for u in urls):
+        raise ModelError(f"endpoint of PLM {model!r} must be an http(s) URL (replicas separated by '|')")
+    if len(set(urls)) != len(urls):
+        raise ModelError(f"PLM {model!r} names the same endpoint twice")
+    return model.strip(), urls
 
 
 def check_plms(specs: list[str], kind: str) -> None:

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from wasp_vllm.config import ConfigError, RunConfig
 from wasp_vllm.data import PrivateSet, draw_records, load_private, table_to_set, with_parties
-from wasp_vllm.privacy.accountant import PrivacyPlan, plan_privacy
+from wasp_vllm.privacy.plan import PrivacyPlan, plan_privacy
 from wasp_vllm.privacy.sampling import voting_neighbour
 from wasp_vllm.selection import allocate_quotas
 from wasp_vllm.strategies import Strategy, get_strategy
@@ -75,6 +75,8 @@ def privacy_plan(cfg: RunConfig) -> PrivacyPlan:
         mode=cfg.accountant,
         neighbour=voting_neighbour(cfg.neighbour, selected=cfg.private_limit is not None),
         records_per_unit=(cfg.max_records_per_user or 1) if cfg.privacy_unit == "user" else 1,
+        extra_votes=1 if cfg.final_vote and votes(cfg) else 0,
+        prior_share=cfg.label_prior_share if cfg.label_prior == "private" else 0.0,
     )
 
 

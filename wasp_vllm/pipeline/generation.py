@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from wasp_vllm.pipeline.prompts import (
     request_seed,
 )
 from wasp_vllm.run_state import RunState
-from wasp_vllm.selection import split_over_labels
+from wasp_vllm.selection import allocate_quotas, split_over_labels
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,10 @@ class PLMResult:
     engine_seconds: float = 0.0  # of ``seconds``: inside the engine (the rest is cleaning)
     shortfall: int = 0
     failures: int = 0
+    rejects: Counter[str] = field(default_factory=Counter)  # by reason (see wasp_vllm.quality)
 
     def merge(self, other: PLMResult) -> None:
+        self.rejects.update(other.rejects)
         self.rows += other.rows
         self.tokens += other.tokens
         self.seconds += other.seconds
@@ -68,7 +71,9 @@ def generate_share(
 ) -> PLMResult:
     """Generate ``share.quota`` clean samples; rejects are regenerated, never copied."""
     cfg, t = rin.cfg, rin.t
-    counts = split_over_labels(share.quota, len(rin.task.labels), offset=(t + share.k) % len(rin.task.labels))
+    counts = label_counts(
+        share.quota, len(rin.task.labels), (t + share.k) % len(rin.task.labels), rin.label_shares
+    )
     wanted = [rin.task.labels[c] for c, n in enumerate(counts) for _ in range(int(n))]
     result = PLMResult()
     kept_keys: set[str] = set()
@@ -86,8 +91,9 @@ def generate_share(
         missing = []
         for slot, completion in zip(slots, completions, strict=True):
             result.tokens += completion.n_tokens
-            text = clean_sample(completion.text, slot, rin.seen, kept_keys)
+            text, reason = clean_sample(completion.text, slot, rin.gate, rin.seen, kept_keys)
             if text is None:
+                result.rejects[str(reason)] += 1
                 missing.append(slot.label)
                 continue
             kept_keys.add(normalize_text(text))
@@ -103,6 +109,13 @@ def generate_share(
             engine.name, t, result.shortfall, share.quota, cfg.max_attempts,
         )  # fmt: skip
     return result
+
+
+def label_counts(quota: int, n_labels: int, offset: int, shares: tuple[float, ...] | None) -> np.ndarray:
+    """Samples per label of one share: even (extras rotating with ``offset``), or by ``shares``."""
+    if shares is None:
+        return split_over_labels(quota, n_labels, offset=offset)
+    return allocate_quotas(quota, np.asarray(shares, dtype=float))
 
 
 def _row(text: str, slot: Slot, plm: str, t: int, share: Share, attempt: int) -> dict[str, Any]:
@@ -168,7 +181,8 @@ class RoundGeneration:
     engines: dict[str, Engine]
     concurrent: bool
     timings: dict[str, float]
-    progress: Any = None
+    #: Called with the number of usable samples each PLM adds (the run's one progress display).
+    on_progress: Progress = lambda n: None
 
     def run(self, rin: RoundInputs, quotas: np.ndarray, state: RunState) -> dict[str, PLMResult]:
         """Every active PLM writes its quota; what is missing is made up within the round.
@@ -208,14 +222,8 @@ class RoundGeneration:
     ) -> list[tuple[Share, PLMResult | EngineFailed]]:
         def work(share: Share) -> tuple[Share, PLMResult | EngineFailed]:
             name = plms[share.k]
-            bar = (
-                self.progress.add_task(f"round {rin.t} · {name}", total=share.quota)
-                if self.progress
-                else None
-            )
-            advance = (lambda n: self.progress.advance(bar, n)) if self.progress else (lambda n: None)
             try:
-                res = generate_share(self.engines[name], rin, share, name, advance)
+                res = generate_share(self.engines[name], rin, share, name, self.on_progress)
             except EngineFailed as exc:
                 log.error("%s; continuing without it", exc)
                 return share, exc

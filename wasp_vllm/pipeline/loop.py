@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError
 from wasp_vllm.devices import gpu_available
@@ -24,13 +25,19 @@ from wasp_vllm.engines import Engine, GenerationParams, ModelError
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
 from wasp_vllm.pipeline.manifest import build_manifest
-from wasp_vllm.pipeline.prompts import RoundInputs, normalize_text
+from wasp_vllm.pipeline.prompts import RoundInputs, make_gate, normalize_text
 from wasp_vllm.privacy.accountant import PrivacyLedger, get_accountant
-from wasp_vllm.privacy.mechanisms import CentralVoting, FederatedVoting, Voters, VotingMechanism
+from wasp_vllm.privacy.mechanisms import (
+    CentralVoting,
+    FederatedVoting,
+    Voters,
+    VotingMechanism,
+    release_label_histogram,
+)
 from wasp_vllm.privacy.secrets import RunSecret
 from wasp_vllm.privacy.voting import NoisyVotes
 from wasp_vllm.run_state import Pools, RoundRecord, RunState
-from wasp_vllm.selection import plm_weights, select_pools
+from wasp_vllm.selection import label_shares, plm_weights, sample_weights, select_pools
 from wasp_vllm.store import CheckpointError, RunStore, sample_schema, sha256_file, write_json, write_parquet
 
 log = logging.getLogger(__name__)
@@ -68,20 +75,24 @@ class Run:
 
     def _round(self, t: int, state: RunState) -> None:
         """One round of Algorithm 1."""
+        if self.progress is not None:
+            self.progress.update(self._bar, description=f"round {t + 1}/{self.cfg.rounds}")
         weights_before = list(state.weights)
         quotas = state.quotas(int(per_round_totals(self.cfg.n, self.cfg.rounds)[t]), self.cfg.min_plm_share)
         results = self._timed("generation", self.generation.run, self._inputs(t, state), quotas, state)
         new = self._embed(results)
-        votes = None
-        if self.voting is not None and t < self.cfg.rounds - 1:
+        votes, last = None, t == self.cfg.rounds - 1
+        if self.voting is not None and (not last or self.cfg.final_vote):
             synth = pa.concat_tables([*self.tables, new])  # D so far, shared by voting and selection
             votes = self._release(t, synth)
-            self._post_process(votes, synth, state)
+            if not last:  # the final vote only weights the output (see _finish)
+                self._post_process(votes, synth, state)
         self._commit(t, new, votes, state, RoundRecord(
             t, dict(zip(self.cfg.plms, quotas.tolist(), strict=True)), weights_before, list(state.weights),
             {p: len(r.rows) for p, r in results.items()}, {p: r.shortfall for p, r in results.items()},
             {p: r.tokens for p, r in results.items()}, {p: round(r.seconds, 3) for p, r in results.items()},
             {p: r.failures for p, r in results.items()}, int(quotas.sum()) - new.num_rows,
+            {p: dict(sorted(r.rejects.items())) for p, r in results.items()},
         ))  # fmt: skip
 
     # -- the steps -------------------------------------------------------------------------
@@ -96,7 +107,9 @@ class Run:
             top_k=cfg.top_k,
             stop=tuple(task.stop),
         )
-        return RoundInputs(cfg, self.strategy, task, state.pools, t, seen, params)
+        gate = make_gate(task, cfg.prompt_style) if cfg.quality_gate else None
+        shares = tuple(state.label_shares) if state.label_shares is not None else None
+        return RoundInputs(cfg, self.strategy, task, state.pools, t, seen, params, gate, shares)
 
     def _embed(self, results: dict[str, PLMResult]) -> pa.Table:
         new = pa.Table.from_pylist([r for res in results.values() for r in res.rows], schema=sample_schema())
@@ -187,7 +200,7 @@ class Run:
 
     def _secret(self, *, create: bool) -> RunSecret | None:
         """The noise secret, for runs that vote; a fixed --noise-seed voids the guarantee."""
-        if not (self.strategy.votes and self.ctx.plan.needs_noise):
+        if not self.ctx.plan.needs_noise:
             return None
         if self.cfg.noise_seed is not None:
             log.warning(
@@ -203,17 +216,38 @@ class Run:
             self._open_engines(state)
             concurrent = self.cfg.concurrent if self.cfg.concurrent is not None else gpu_available()
             concurrent = concurrent and not self.cfg.sleep_mode  # sleeping engines take turns
-            self.generation = RoundGeneration(self.engines, concurrent, self.timings, self.progress)
+            self.generation = RoundGeneration(
+                self.engines, concurrent, self.timings, self._progress_bar(state)
+            )
             if hasattr(self.embedder, "load"):  # a lazy embedder: its start-up is a stage of its own
                 self._timed("startup:embedder", self.embedder.load)
             self.voting = self._open_voting(state)
+            if self.cfg.label_prior == "private" and state.label_shares is None:
+                state.label_shares = self._label_prior(state)
             yield
         finally:
             self.close()
 
+    def _progress_bar(self, state: RunState) -> Callable[[int], None]:
+        """One display for the whole run: samples written of those still to write, with an ETA."""
+        if self.progress is None:
+            return lambda n: None
+        done = state.completed_rounds
+        left = int(per_round_totals(self.cfg.n, self.cfg.rounds)[done:].sum())
+        self._bar = self.progress.add_task(f"round {done + 1}/{self.cfg.rounds}", total=left)
+        return lambda n: self.progress.advance(self._bar, n)
+
+    def _label_prior(self, state: RunState) -> list[float]:
+        """Label shares from a noisy histogram of the private labels (charged on the ledger)."""
+        assert self.secret is not None, "a plan with a label prior holds a noise secret"
+        counts = release_label_histogram(
+            self.ctx.private.labels, len(self.ctx.task.labels), self.ctx.plan, self.secret, state.ledger
+        )
+        return label_shares(counts).tolist()
+
     def _open_voting(self, state: RunState) -> VotingMechanism | None:
-        if self.secret is None:  # FuseGen never reads the private records
-            return None
+        if self.secret is None or not self.strategy.votes or self.ctx.plan.sigma is None:
+            return None  # FuseGen never reads the private records
         private = self.ctx.private
         embeddings = self._timed("private:embedding", self.embedder.encode, private.texts)
         voters = Voters(embeddings, private.labels, private.parties)
@@ -252,9 +286,18 @@ class Run:
                 log.debug("closing engine %s failed", engine.name, exc_info=True)
         self.engines.clear()
 
+    def _with_weights(self, final: pa.Table) -> pa.Table:
+        """A ``weight`` column from the final vote over the whole output (post-processing)."""
+        votes = pq.read_table(self.store.votes_path(self.cfg.rounds - 1))
+        labels = np.array([self.ctx.task.labels.index(x) for x in final.column("label").to_pylist()])
+        weights = sample_weights(votes.column("h_near").to_numpy(), labels)
+        return final.append_column("weight", pa.array(weights, pa.float32()))
+
     def _finish(self, state: RunState) -> dict[str, Any]:
         # Built from the checkpointed round files, so a resumed run writes the same bytes.
         final = pa.concat_tables([self.store.read_round(t) for t in range(self.cfg.rounds)]).combine_chunks()
+        if self.cfg.final_vote and self.store.votes_path(self.cfg.rounds - 1).exists():
+            final = self._with_weights(final)
         out = self.store.out / "synthetic.parquet"
         self._timed("io", write_parquet, out, final)
         manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out))

@@ -74,8 +74,10 @@ def build_manifest(
         for plm, n in tokens.items()
         if timings.get(f"generation:{plm}")
     }
+    labels = {"prior": "private", "shares": state.label_shares} if state.label_shares is not None else None
     return {
         "config": ctx.cfg.model_dump(mode="json") | {"noise_seed": None},
+        **({"labels": labels} if labels else {}),
         "task": ctx.task.name,
         "private_data": {"requested_m": ctx.cfg.private_limit, "source": ctx.cfg.private},
         "plms": {"active": state.active, "dropped": state.dropped, "final_weights": state.weights},

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from wasp_vllm.config import RunConfig
 from wasp_vllm.engines import GenerationParams
+from wasp_vllm.quality import GateSettings, check_sample, clean_text
 from wasp_vllm.run_state import Pools
 from wasp_vllm.strategies import PromptKind, Strategy
 from wasp_vllm.tasks import TaskSpec, build_prompt, pick_attribute
@@ -46,6 +47,10 @@ class Slot:
     examples: tuple[str, ...] = ()
 
 
+#: ``gate(text, slot) -> reason or None``: the quality gate of one run (see :func:`make_gate`).
+Gate = Callable[[str, Slot], str | None]
+
+
 @dataclass(frozen=True)
 class RoundInputs:
     """What every PLM of round ``t`` shares: settings, method, task, pools, texts already in D."""
@@ -57,6 +62,9 @@ class RoundInputs:
     t: int
     seen: frozenset[str]
     params: GenerationParams
+    gate: Gate | None = None
+    #: Share of each label in the samples to write (None: even), from a noisy private histogram.
+    label_shares: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,17 +98,46 @@ def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: i
             if key not in drawn:
                 drawn[key] = strategy.draw_examples(kind, good_pool, bad_pool, cfg.s, rng)
             good, bad = drawn[key]
-        prompt = build_prompt(task, kind.value, label, attribute, good=good, bad=bad)
+        prompt = build_prompt(task, kind.value, label, attribute, good=good, bad=bad, style=cfg.prompt_style)
         slots.append(Slot(i, label, attribute, kind.value, prompt, tuple(good) + tuple(bad)))
     return slots
 
 
-def clean_sample(text: str, slot: Slot, *seen: set[str] | frozenset[str]) -> str | None:
-    """The sample, or None if it is empty, echoes its prompt, or duplicates one already kept."""
+def make_gate(task: TaskSpec, style: str) -> Gate:
+    """The quality gate with the task's bounds, script and language (public data only)."""
+    settings = GateSettings(
+        min_words=task.min_words or GateSettings.min_words,
+        max_words=task.max_words or GateSettings.max_words,
+        script=task.script,
+        language=task.language,
+    )
+
+    # Every label's phrases: "negative sentiment" is no sample of any label.
+    names = [
+        (lab.replace("_", " "), task.label_text(lab), task.label_text(lab, style)) for lab in task.labels
+    ]
+    phrases = sorted({phrase for group in names for phrase in group})
+
+    def gate(text: str, slot: Slot) -> str | None:
+        return check_sample(text, label_phrases=phrases, prompt=slot.prompt, settings=settings)
+
+    return gate
+
+
+def clean_sample(
+    text: str, slot: Slot, gate: Gate | None, *seen: set[str] | frozenset[str]
+) -> tuple[str | None, str | None]:
+    """``(sample, None)``, or ``(None, reason)`` for a sample that is empty, a copy of one already
+    kept, an echo of its prompt, or (with a ``gate``) junk."""
     text = text.strip().strip('"').strip()
+    if gate is not None:
+        text = clean_text(text)  # harmless leftovers (quotes, a list marker, tags) are fixed, not rejected
     key = normalize_text(text)
-    if len(key) < 3 or any(key in s for s in seen):
-        return None
+    if len(key) < 3:
+        return None, "empty"
+    if any(key in s for s in seen):
+        return None, "duplicate"
     if any(key == normalize_text(e) for e in slot.examples) or key in normalize_text(slot.prompt):
-        return None
-    return text
+        return None, "prompt_echo"
+    reason = gate(text, slot) if gate is not None else None
+    return (None, reason) if reason else (text, None)

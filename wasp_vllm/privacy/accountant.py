@@ -59,7 +59,7 @@ class PrivacyBudgetExceeded(RuntimeError):
     """A release would push the spent epsilon over the budget; nothing was recorded."""
 
 
-def _neighbour(value: Neighbour | str) -> Neighbour:
+def neighbour_of(value: Neighbour | str) -> Neighbour:
     try:
         return Neighbour(value)
     except ValueError:
@@ -82,7 +82,7 @@ def wasp_sensitivity(
     q = check_int("q", q, 1)
     records_per_unit = check_int("records_per_unit", records_per_unit, 1)
     base = math.sqrt(8.0 / 3.0 * (1.0 - 4.0 ** (-q)))
-    if _neighbour(neighbour) is Neighbour.REPLACE:
+    if neighbour_of(neighbour) is Neighbour.REPLACE:
         base *= math.sqrt(2.0)
     return base * records_per_unit
 
@@ -101,13 +101,15 @@ class GaussianRelease:
     sensitivity: float
     neighbour: str
     records_per_unit: int = 1
+    #: What was released: the round's "votes", or the "label-prior" histogram of private labels.
+    what: str = "votes"
 
     def __post_init__(self) -> None:
         check_int("round", self.round, 0)
         check_positive("sigma", self.sigma)
         check_positive("sensitivity", self.sensitivity)
         check_int("records_per_unit", self.records_per_unit, 1)
-        object.__setattr__(self, "neighbour", _neighbour(self.neighbour).value)
+        object.__setattr__(self, "neighbour", neighbour_of(self.neighbour).value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,94 +208,6 @@ def paper_epsilon_for_releases(sigmas: list[float], scales: list[float], delta: 
         return 0.0
     total = math.fsum((c / s) ** 2 for s, c in zip(sigmas, scales, strict=True))
     return PAPER_CONSTANT * math.sqrt(2.0 * math.log(1.25 / delta)) * math.sqrt(total)
-
-
-# --------------------------------------------------------------------------------------------
-# planning a run
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrivacyPlan:
-    """Noise scale and bookkeeping for a whole run, fixed before any private data is touched.
-
-    ``compositions = rounds - 1`` (the last round is never voted on).  With ``rounds == 1`` there
-    is no voting at all: ``sigma`` is ``None`` and both epsilons are 0.0 - no noise is needed
-    because nothing private is released.
-    """
-
-    epsilon: float
-    delta: float
-    rounds: int
-    q: int
-    mode: str
-    neighbour: str
-    records_per_unit: int
-    sensitivity: float
-    compositions: int
-    sigma: float | None
-    epsilon_exact_spent: float
-    epsilon_paper_claimed: float
-
-    @property
-    def needs_noise(self) -> bool:
-        """True when at least one voting round releases private information."""
-        return self.compositions > 0
-
-    def release(self, round_index: int) -> GaussianRelease:
-        """The release this plan makes in one voting round."""
-        if self.sigma is None:
-            raise ValueError("a plan without voting rounds makes no release")
-        return GaussianRelease(
-            round_index, self.sigma, self.sensitivity, self.neighbour, self.records_per_unit
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def plan_privacy(
-    epsilon: float,
-    delta: float,
-    rounds: int,
-    q: int,
-    mode: AccountantMode | str = AccountantMode.EXACT,
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
-    records_per_unit: int = 1,
-) -> PrivacyPlan:
-    """Choose sigma for a run of ``rounds`` rounds with ``q`` votes per private sample.
-
-    The accountant named by ``mode`` chooses sigma; the exact accountant must agree that it spends
-    at most ``epsilon`` (the paper's formula under-noises at large epsilon).  Both epsilons are
-    always reported.
-    """
-    epsilon = check_positive("epsilon", epsilon)
-    delta = check_delta(delta)
-    rounds = check_int("rounds", rounds, 1)
-    accountant, neighbour = get_accountant(mode), _neighbour(neighbour)
-    sensitivity = wasp_sensitivity(q, neighbour, records_per_unit)
-    fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, records_per_unit, sensitivity)
-    compositions = rounds - 1
-    if compositions == 0:
-        logger.info("rounds == 1: no voting round, no noise needed, no privacy spent")
-        return PrivacyPlan(*fixed, 0, None, 0.0, 0.0)
-    sigma = accountant.sigma(epsilon, delta, sensitivity, compositions, records_per_unit)
-    releases = [
-        GaussianRelease(t, sigma, sensitivity, neighbour.value, records_per_unit) for t in range(compositions)
-    ]
-    eps_exact = EXACT.epsilon(releases, delta)
-    if eps_exact > epsilon * (1.0 + BUDGET_RTOL):
-        raise PrivacyBudgetExceeded(
-            f"the paper's formula under-noises at epsilon={epsilon:g}: its sigma={sigma:.4g} spends "
-            f"epsilon={eps_exact:.4g} by the exact accountant (the formula is proven for epsilon < 1 "
-            "only); use --accountant exact"
-        )
-    eps_paper = ACCOUNTANTS[AccountantMode.PAPER].epsilon(releases, delta)
-    logger.info(
-        "privacy plan: mode=%s sigma=%.6g compositions=%d exact eps=%.6g paper eps=%.6g",
-        accountant.mode.value, sigma, compositions, eps_exact, eps_paper,
-    )  # fmt: skip
-    return PrivacyPlan(*fixed, compositions, sigma, eps_exact, eps_paper)
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wasp_vllm.privacy.accountant import PrivacyLedger, PrivacyPlan
+from wasp_vllm.privacy.accountant import PrivacyLedger
 from wasp_vllm.privacy.federated import federated_noisy_votes
+from wasp_vllm.privacy.plan import PrivacyPlan
 from wasp_vllm.privacy.secrets import RunSecret
 from wasp_vllm.privacy.voting import NoisyVotes, noisy_votes
 
@@ -88,3 +89,12 @@ class FederatedVoting(VotingMechanism):
             n_parties=self.n_parties,
         )
         return votes
+
+
+def release_label_histogram(
+    labels: np.ndarray, n_labels: int, plan: PrivacyPlan, secret: RunSecret, ledger: PrivacyLedger
+) -> np.ndarray:
+    """Noisy count of the private records per label: a Gaussian release charged on the ledger first."""
+    ledger.record(plan.prior_release())
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=n_labels).astype(np.float64)
+    return counts + secret.generator("label-prior").normal(0.0, float(plan.prior_sigma or 0.0), n_labels)

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wasp_vllm.evaluate.classifier import BertSettings, TextEncoder, train_and_score
-from wasp_vllm.evaluate.common import EvaluationError
-from wasp_vllm.evaluate.metrics import fid, fid_per_round, label_balance
+from wasp_vllm.evaluation.classifier import BertSettings, TextEncoder, label_agreement, train_and_score
+from wasp_vllm.evaluation.common import EvaluationError
+from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ class SyntheticSet:
     n_rows: int
     n_dropped_null_text: int
     n_dropped_unknown_label: int
+    weights: np.ndarray | None = None  # the run's `weight` column (a final vote), if it wrote one
 
 
 def _embedding_matrix(column: pa.ChunkedArray) -> np.ndarray | None:
@@ -125,10 +126,17 @@ def read_synthetic(path: str | os.PathLike[str], task: Any) -> SyntheticSet:
         plms=None if plms is None else [str(p) for p in plms],
         embeddings=None if emb is None else emb[idx],
         embedder_name=_stored_embedder(table.schema),
+        weights=_weights(table, idx),
         n_rows=table.num_rows,
         n_dropped_null_text=int(null_text.sum()),
         n_dropped_unknown_label=int(unknown.sum()),
     )
+
+
+def _weights(table: pa.Table, idx: np.ndarray) -> np.ndarray | None:
+    if "weight" not in table.column_names or table.column("weight").null_count:
+        return None
+    return np.asarray(table.column("weight").to_numpy(), dtype=np.float64)[idx]
 
 
 def _synthetic_embeddings(synth: SyntheticSet, embedder: Any) -> tuple[np.ndarray, bool]:
@@ -178,8 +186,14 @@ def evaluate_synthetic(
     bert_settings: BertSettings | None = None,
     embedder: TextEncoder | None = None,
     fid_method: str = "sqrtm",
+    reference: str | None = None,
+    use_weights: bool = True,
 ) -> dict[str, Any]:
     """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
+
+    ``reference`` (a labelled set, never the test split; for 'drugs' its train split) adds the
+    label agreement: the share of synthetic samples whose label a classifier trained on the
+    reference set gives too.  ``use_weights``: train on the file's ``weight`` column if it has one.
 
     ``text_col``/``label_col`` name the columns of the test and private files (the synthetic
     file has fixed columns).  ``private_limit``/``private_seed`` take the same stratified subset
@@ -212,6 +226,7 @@ def evaluate_synthetic(
         bert_path=bert_path,
         bert_settings=bert_settings,
         train_embeddings=synth_emb if model == "logreg" else None,
+        train_weights=synth.weights if use_weights else None,
     )
     result: dict[str, Any] = {
         "kind": "synthetic",
@@ -237,6 +252,12 @@ def evaluate_synthetic(
             seed=private_seed,
         )
         result[OPERATOR_ONLY] = _operator_figures(synth, synth_emb, enc.encode(private.texts), fid_method)
+    if reference is not None and enc is not None and synth_emb is not None:
+        ref = load_private(reference, task, text_col=text_col, label_col=label_col)
+        result["label_agreement"] = label_agreement(
+            synth_emb, synth.labels, enc.encode(ref.texts), ref.labels, task.labels, seed
+        ) | {"reference": str(reference)}
+    result["trained_on_weights"] = bool(use_weights and synth.weights is not None)
     log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
     return result
 

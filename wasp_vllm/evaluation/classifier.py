@@ -32,7 +32,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.preprocessing import StandardScaler
 
 from wasp_vllm.devices import torch_device
-from wasp_vllm.evaluate.common import EvaluationError, to_label_indices
+from wasp_vllm.evaluation.common import EvaluationError, to_label_indices
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +111,47 @@ def _encode(embedder: TextEncoder, texts: Sequence[str]) -> np.ndarray:
 
 
 def fit_predict_logreg(
-    train_emb: np.ndarray, train_y: np.ndarray, test_emb: np.ndarray, seed: int = 0
+    train_emb: np.ndarray,
+    train_y: np.ndarray,
+    test_emb: np.ndarray,
+    seed: int = 0,
+    weights: np.ndarray | None = None,
+    class_weight: str | None = None,
 ) -> np.ndarray:
     """Standardise on the training set, fit a fixed-C logistic regression, predict the test set.
 
-    Needs at least two classes in ``train_y`` (the caller handles the single-class case).
+    ``weights``: one per training sample (the run's ``weight`` column).  Needs at least two classes
+    in ``train_y`` (the caller handles the single-class case).
     """
     scaler = StandardScaler().fit(train_emb)
-    clf = LogisticRegression(C=LOGREG_C, max_iter=LOGREG_MAX_ITER, random_state=seed)
-    clf.fit(scaler.transform(train_emb), train_y)
+    clf = LogisticRegression(
+        C=LOGREG_C, max_iter=LOGREG_MAX_ITER, random_state=seed, class_weight=class_weight
+    )
+    clf.fit(scaler.transform(train_emb), train_y, sample_weight=weights)
     return clf.predict(scaler.transform(test_emb)).astype(np.int64)
+
+
+def label_agreement(
+    synth_emb: np.ndarray,
+    synth_labels: np.ndarray,
+    reference_emb: np.ndarray,
+    reference_labels: np.ndarray,
+    label_names: Sequence[str],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Share of synthetic samples whose label a classifier trained on real reference data gives too.
+
+    The reference classifier is balanced over the labels (so a majority label does not win every
+    disagreement); a diagnostic of how well the samples carry their label, not a score to publish
+    as private data when the reference set is private.
+    """
+    pred = fit_predict_logreg(reference_emb, reference_labels, synth_emb, seed, class_weight="balanced")
+    agree = pred == np.asarray(synth_labels)
+    per_label = {
+        name: (float(agree[synth_labels == i].mean()) if (synth_labels == i).any() else None)
+        for i, name in enumerate(label_names)
+    }
+    return {"overall": float(agree.mean()), "per_label": per_label, "n": int(agree.size)}
 
 
 def resolve_bert_path(bert_path: str | os.PathLike[str] | None) -> Path:
@@ -246,6 +277,7 @@ def _predict(
     test_embeddings: np.ndarray | None,
     bert_path: str | os.PathLike[str] | None,
     bert_settings: BertSettings | None,
+    train_weights: np.ndarray | None = None,
 ) -> np.ndarray:
     if model == "bert":
         return fit_predict_bert(train_texts, train_y, test_texts, num_labels, bert_path, seed, bert_settings)
@@ -263,7 +295,7 @@ def _predict(
             f"train and test embeddings differ in dimension: {train_embeddings.shape[1]} vs "
             f"{test_embeddings.shape[1]}"
         )
-    return fit_predict_logreg(train_embeddings, train_y, test_embeddings, seed)
+    return fit_predict_logreg(train_embeddings, train_y, test_embeddings, seed, train_weights)
 
 
 def train_and_score(
@@ -280,6 +312,7 @@ def train_and_score(
     bert_settings: BertSettings | None = None,
     train_embeddings: np.ndarray | None = None,
     test_embeddings: np.ndarray | None = None,
+    train_weights: np.ndarray | None = None,
 ) -> EvalReport:
     """Train the task model on the training texts and score it on the test texts.
 
@@ -314,7 +347,7 @@ def train_and_score(
             embedder = Embedder("auto")
         pred = _predict(
             model, train_texts, train_y, test_texts, len(label_names), embedder, seed,
-            train_embeddings, test_embeddings, bert_path, bert_settings,
+            train_embeddings, test_embeddings, bert_path, bert_settings, train_weights,
         )  # fmt: skip
     return EvalReport(
         model=model,

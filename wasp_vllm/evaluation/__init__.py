@@ -6,7 +6,7 @@ round); ``evaluate_private_only`` is the OnlyPrivate (non-DP) reference.  The bu
 blocks take plain arrays so they can be reused and tested without files or models.
 """
 
-from wasp_vllm.evaluate.classifier import (
+from wasp_vllm.evaluation.classifier import (
     TASK_MODELS,
     BertSettings,
     EvalReport,
@@ -16,10 +16,15 @@ from wasp_vllm.evaluate.classifier import (
     resolve_bert_path,
     train_and_score,
 )
-from wasp_vllm.evaluate.common import EvaluationError, to_label_indices
-from wasp_vllm.evaluate.metrics import MetricError, fid, fid_per_round, frechet_distance, label_balance
-from wasp_vllm.evaluate.plots import plot_accuracy, plot_fid_rounds
-from wasp_vllm.evaluate.runner import SyntheticSet, evaluate_private_only, evaluate_synthetic, read_synthetic
+from wasp_vllm.evaluation.common import EvaluationError, to_label_indices
+from wasp_vllm.evaluation.metrics import MetricError, fid, fid_per_round, frechet_distance, label_balance
+from wasp_vllm.evaluation.plots import plot_accuracy, plot_fid_rounds
+from wasp_vllm.evaluation.runner import (
+    SyntheticSet,
+    evaluate_private_only,
+    evaluate_synthetic,
+    read_synthetic,
+)
 
 __all__ = [
     "TASK_MODELS",

@@ -57,8 +57,10 @@ def _bar(std: float | None) -> float:
     return 0.0 if std is None or math.isnan(float(std)) else float(std)
 
 
-def plot_accuracy(results: Mapping[str, tuple[float, float | None]], path: str | Path) -> Path:
-    """Bar chart of downstream accuracy per method with ± std error bars (std None or NaN: no bar)."""
+def plot_accuracy(
+    results: Mapping[str, tuple[float, float | None]], path: str | Path, metric: str = "accuracy"
+) -> Path:
+    """Bar chart of a downstream score per method with ± std error bars (std None or NaN: no bar)."""
     names = list(results)
     means = [float(results[n][0]) for n in names]
     stds = [_bar(results[n][1]) for n in names]
@@ -67,8 +69,8 @@ def plot_accuracy(results: Mapping[str, tuple[float, float | None]], path: str |
     bars = ax.bar(range(len(names)), means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)
     ax.bar_label(bars, labels=[f"{m:.3f}" for m in means], label_type="center", color="white", fontsize=8)
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    ax.set_ylabel("test accuracy")
+    ax.set_ylabel(metric)
     ax.set_ylim(0.0, min(1.05, max([m + s for m, s in zip(means, stds, strict=True)], default=1.0) + 0.1))
-    ax.set_title("Accuracy (mean ± std)")
+    ax.set_title(f"{metric} (mean ± std)")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)

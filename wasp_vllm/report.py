@@ -1,0 +1,379 @@
+"""``wasp-vllm report``: one self-contained HTML page about a finished run.
+
+It reads the run's published files only (``manifest.json``, ``synthetic.parquet``), so the page is
+publishable like them: per-round quotas and PLM weights, label balance, rejects of the quality gate,
+the privacy spent, and a few samples per label and PLM.  With ``private`` it adds the operator's FID
+per round, computed on the raw private records outside the DP accounting; that page is then the
+operator's own and says so under a red banner (and goes to ``RUN_DIR/private/report`` by default).
+The PNGs lie beside ``index.html`` and are referenced relatively; the page loads nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from wasp_vllm import report_plots
+from wasp_vllm.report_plots import (
+    CSS,
+    OPERATOR_BANNER,
+    PUBLIC_BANNER,
+    cards,
+    definition_table,
+    fmt,
+    rounds_table,
+    sharing_section,
+    table,
+)
+
+WEIGHTS_PNG, LABELS_PNG, FID_PNG = "weights.png", "labels.png", "fid.png"
+SAMPLES_PER_CELL = 3
+OPERATOR_NOTE = (
+    "computed on the raw private records outside the differential-privacy accounting: the "
+    "operator's figures, NEVER to be published"
+)
+
+
+class ReportError(ValueError):
+    """A folder that is not a finished run, or private data that cannot be compared with it."""
+
+
+@dataclass
+class RunView:
+    """What the report reads from a run directory: the manifest and the synthetic rows (no embeddings)."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    rows: list[dict[str, Any]]
+    plms: list[str]
+    labels: list[str]
+    finished_at: datetime
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.manifest.get("config", {}))
+
+
+@dataclass
+class OperatorFigures:
+    """FID per round against the raw private records: the operator's, never published."""
+
+    fid_by_round: dict[int, float]
+    source: str
+    m: int | None
+    seed: int
+    embedder: str
+    n_private: int
+
+
+def load_run(run_dir: Path) -> RunView:
+    """Read ``manifest.json`` and ``synthetic.parquet`` of a finished run."""
+    manifest_path, synthetic_path = run_dir / "manifest.json", run_dir / "synthetic.parquet"
+    for path in (manifest_path, synthetic_path):
+        if not path.is_file():
+            raise ReportError(f"{run_dir} is not a finished run: {path.name} is missing")
+    manifest = json.loads(manifest_path.read_text())
+    columns = [c for c in ("text", "label", "plm", "round", "prompt_kind") if c in _columns(synthetic_path)]
+    rows = pq.read_table(synthetic_path, columns=columns).to_pylist()
+    plms = list(manifest.get("config", {}).get("plms") or sorted({str(r.get("plm")) for r in rows}))
+    stamp = datetime.fromtimestamp(manifest_path.stat().st_mtime, tz=timezone.utc)
+    return RunView(run_dir, manifest, rows, plms, _label_order(manifest, rows), stamp)
+
+
+def _columns(path: Path) -> list[str]:
+    return list(pq.read_schema(path).names)
+
+
+def _label_order(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The task's labels in its order (when the task resolves here), then any other label seen."""
+    seen = sorted({str(r.get("label")) for r in rows})
+    try:
+        from wasp_vllm.tasks import get_task
+
+        labels = list(get_task(str(manifest.get("config", {}).get("task") or manifest.get("task"))).labels)
+    except (ValueError, OSError):
+        labels = []
+    return labels + [x for x in seen if x not in labels]
+
+
+def default_out(run_dir: Path, operator: bool) -> Path:
+    """``RUN_DIR/report``; an operator's report (with FID) goes under the run's ``private/`` folder."""
+    return run_dir / "private" / "report" if operator else run_dir / "report"
+
+
+def operator_fid(view: RunView, private: str, m: int | None, seed: int | None) -> OperatorFigures:
+    """FID of the synthetic set up to each round against the private records (``load_private``)."""
+    from wasp_vllm.data import load_private
+    from wasp_vllm.embed import Embedder
+    from wasp_vllm.evaluation import fid_per_round, read_synthetic
+    from wasp_vllm.tasks import get_task
+
+    cfg = view.config
+    task = get_task(str(cfg.get("task") or view.manifest.get("task")))
+    m = cfg.get("private_limit") if m is None else m
+    seed = int(cfg.get("seed", 0)) if seed is None else seed
+    synth = read_synthetic(view.run_dir / "synthetic.parquet", task)
+    if synth.rounds is None or synth.embeddings is None:
+        raise ReportError("synthetic.parquet has no `round` or no `embedding` column: cannot compute FID")
+    name = synth.embedder_name or str(cfg.get("embedder", "auto"))
+    embedder = Embedder(name)
+    if int(embedder.dim) != synth.embeddings.shape[1]:
+        raise ReportError(
+            f"embedder {name} gives {embedder.dim}-d vectors, "
+            f"the stored ones have {synth.embeddings.shape[1]}"
+        )
+    data = load_private(
+        private,
+        task,
+        text_col=str(cfg.get("text_col", "text")),
+        label_col=str(cfg.get("label_col", "label")),
+        limit=m,
+        seed=seed,
+    )
+    private_emb = np.asarray(embedder.encode(data.texts), dtype=np.float32)
+    per_round = fid_per_round(synth.embeddings, synth.rounds, private_emb)
+    return OperatorFigures(per_round, private, m, seed, name, len(data))
+
+
+def render_report(
+    run_dir: Path,
+    out: Path | None = None,
+    private: str | None = None,
+    m: int | None = None,
+    seed: int | None = None,
+) -> Path:
+    """Write ``index.html`` and its PNGs into ``out``; return the page's path."""
+    view = load_run(Path(run_dir))
+    figures = operator_fid(view, private, m, seed) if private is not None else None
+    out = Path(out) if out is not None else default_out(view.run_dir, figures is not None)
+    out.mkdir(parents=True, exist_ok=True)
+    report_plots.plot_weights(view.manifest.get("rounds", []), view.plms, out / WEIGHTS_PNG)
+    report_plots.plot_labels(label_counts(view), view.plms, out / LABELS_PNG)
+    if figures is not None:
+        report_plots.plot_fid(figures.fid_by_round, out / FID_PNG)
+    else:  # an operator's figure must never sit beside a publishable page
+        (out / FID_PNG).unlink(missing_ok=True)
+    page = out / "index.html"
+    page.write_text(build_html(view, figures), encoding="utf-8")
+    return page
+
+
+def label_counts(view: RunView) -> dict[str, dict[str, int]]:
+    """Synthetic samples per label and PLM, zeros included."""
+    counts = {label: dict.fromkeys(view.plms, 0) for label in view.labels}
+    for row in view.rows:
+        cell = counts.setdefault(str(row.get("label")), dict.fromkeys(view.plms, 0))
+        plm = str(row.get("plm"))
+        cell[plm] = cell.get(plm, 0) + 1
+    return counts
+
+
+def build_html(view: RunView, figures: OperatorFigures | None) -> str:
+    """The whole page: header, banners, then one section per topic."""
+    title = f"WASP run report: {view.run_dir.name}"
+    body = [
+        _header(view, title),
+        OPERATOR_BANNER if figures is not None else PUBLIC_BANNER,
+        _void_banner(view),
+        _privacy_section(view),
+        _rounds_section(view),
+        _labels_section(view),
+        _rejects_section(view),
+        _samples_section(view),
+        _fid_section(figures) if figures is not None else "",
+        sharing_section(operator=figures is not None),
+        _footer(view),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{escape(title)}</title>\n"
+        f"<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
+        + "\n".join(part for part in body if part)
+        + "\n</main>\n</body>\n</html>\n"
+    )
+
+
+def _header(view: RunView, title: str) -> str:
+    cfg, manifest = view.config, view.manifest
+    dropped = manifest.get("plms", {}).get("dropped") or {}
+    plms = ", ".join(p + (" (dropped)" if p in dropped else "") for p in view.plms)
+    rows = manifest.get("output", {}).get("rows", len(view.rows))
+    done = len(manifest.get("rounds", []))
+    facts = {
+        "task": manifest.get("task", cfg.get("task", "?")),
+        "strategy": cfg.get("strategy", "?"),
+        "PLMs": plms,
+        "N": f"{rows} written (asked {cfg.get('n', '?')})",
+        "rounds": f"{done} of T={cfg.get('rounds', '?')}",
+        "finished": view.finished_at.strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    items = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(str(v))}</dd></div>" for k, v in facts.items())
+    return f'<header><h1>{escape(title)}</h1><dl class="facts">{items}</dl></header>'
+
+
+def _void_banner(view: RunView) -> str:
+    privacy = view.manifest.get("privacy") or {}
+    if not privacy.get("epsilon_void"):
+        return ""
+    why = str(privacy.get("guarantee") or "the noise is not secret").removeprefix("VOID:").strip()
+    return (
+        f'<div class="banner void"><strong>ε VOID:</strong> {escape(why)}. '
+        "This run carries no privacy guarantee; do not use its output as private data.</div>"
+    )
+
+
+def _privacy_section(view: RunView) -> str:
+    privacy = view.manifest.get("privacy") or {}
+    plan, ledger = privacy.get("plan") or {}, privacy.get("ledger") or {}
+    eps_spent = ledger.get("epsilon_spent")
+    headline = {
+        "ε spent": f"{fmt(eps_spent)} of {fmt(plan.get('epsilon'))}",
+        "δ": fmt(ledger.get("delta", plan.get("delta"))),
+        "σ (noise)": fmt(ledger.get("sigma", plan.get("sigma"))),
+        "sensitivity": fmt(ledger.get("sensitivity", plan.get("sensitivity"))),
+        "accountant": str(ledger.get("mode", plan.get("mode", "?"))),
+    }
+    details = {
+        "guarantee": privacy.get("guarantee"),
+        "ε spent, exact accountant": fmt(ledger.get("epsilon_spent_exact")),
+        "ε by the paper's formula": fmt(ledger.get("epsilon_spent_paper")),
+        "neighbouring relation": ledger.get("neighbour", plan.get("neighbour")),
+        "compositions (voting rounds)": ledger.get("compositions", plan.get("compositions")),
+        "noise": privacy.get("noise"),
+    }
+    parts = [
+        '<section id="privacy"><h2>Privacy spent</h2>',
+        cards(headline, void=["ε spent"] if privacy.get("epsilon_void") else []),
+        definition_table(details),
+        "<h3>Neighbourhood (what the guarantee is about)</h3>",
+        definition_table(privacy.get("neighbourhood") or {}),
+    ]
+    if privacy.get("federated"):
+        parts += ["<h3>Federated voting</h3>", definition_table(privacy["federated"])]
+    return "\n".join(parts) + "</section>"
+
+
+def _rounds_section(view: RunView) -> str:
+    rounds = view.manifest.get("rounds", [])
+    final = view.manifest.get("plms", {}).get("final_weights")
+    dropped = view.manifest.get("plms", {}).get("dropped") or {}
+    notes = "".join(
+        f"<p class='note'>{escape(p)} was dropped: {escape(str(r))}</p>" for p, r in dropped.items()
+    )
+    final_line = ""
+    if final:
+        pairs = ", ".join(f"{p} {fmt(w)}" for p, w in zip(view.plms, final, strict=False))
+        final_line = f"<p>Final weights: {escape(pairs)}.</p>"
+    return (
+        '<section id="rounds"><h2>Rounds: quotas and PLM weights</h2>'
+        "<p>Each round every PLM writes its quota; the noisy votes of the private records then set the "
+        "weights, hence the quotas of the next round.</p>"
+        f'<img src="{WEIGHTS_PNG}" alt="PLM weights and quotas per round" width="990">'
+        f"{rounds_table(rounds, view.plms)}{final_line}{notes}</section>"
+    )
+
+
+def _labels_section(view: RunView) -> str:
+    counts = label_counts(view)
+    head = ["label", *view.plms, "total"]
+    body = [[label, *(c.get(p, 0) for p in view.plms), sum(c.values())] for label, c in counts.items()]
+    totals = ["all", *(sum(c.get(p, 0) for c in counts.values()) for p in view.plms), len(view.rows)]
+    return (
+        '<section id="labels"><h2>Label balance</h2>'
+        f'<img src="{LABELS_PNG}" alt="synthetic samples per label and PLM">'
+        f"{table(head, [*body, totals], last_is_total=True)}</section>"
+    )
+
+
+def _samples(view: RunView) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Up to ``SAMPLES_PER_CELL`` samples per (label, PLM), from the latest rounds first."""
+    ordered = sorted(view.rows, key=lambda r: -int(r.get("round") or 0))
+    picked: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in ordered:
+        cell = picked.setdefault((str(row.get("label")), str(row.get("plm"))), [])
+        if len(cell) < SAMPLES_PER_CELL:
+            cell.append(row)
+    return picked
+
+
+def _rejects_section(view: RunView) -> str:
+    """Samples the quality gate turned down (and regenerated), by reason and PLM, over all rounds."""
+    rounds = view.manifest.get("rounds", [])
+    if not any("rejects" in r for r in rounds):
+        return (
+            '<section id="rejects"><h2>Rejects</h2><p class="note">No quality gate in this run.</p></section>'
+        )
+    totals: dict[str, dict[str, int]] = {}
+    for record in rounds:
+        for plm, reasons in (record.get("rejects") or {}).items():
+            for reason, count in reasons.items():
+                cell = totals.setdefault(reason, {})
+                cell[plm] = cell.get(plm, 0) + int(count)
+    if not totals:
+        body = "<p>The quality gate rejected no sample.</p>"
+    else:
+        rows = [[r, *(c.get(p, 0) for p in view.plms), sum(c.values())] for r, c in sorted(totals.items())]
+        rows.append(["all", *(sum(c.get(p, 0) for c in totals.values()) for p in view.plms),
+                     sum(sum(c.values()) for c in totals.values())])  # fmt: skip
+        body = table(["reason", *view.plms, "total"], rows, last_is_total=True)
+    return (
+        '<section id="rejects"><h2>Rejects</h2><p>Samples the quality gate turned down, summed over '
+        f"the rounds; each was regenerated, never copied.</p>{body}</section>"
+    )
+
+
+def _quote(row: dict[str, Any]) -> str:
+    meta = f"round {row.get('round')} · {row.get('prompt_kind', '')}"
+    return (
+        f"<blockquote>{escape(str(row.get('text', '')))}<div class='meta'>{escape(meta)}</div></blockquote>"
+    )
+
+
+def _samples_section(view: RunView) -> str:
+    picked, boxes = _samples(view), []
+    for label in view.labels:
+        for plm in view.plms:
+            quotes = "".join(_quote(r) for r in picked.get((label, plm), [])) or "<p class='note'>none</p>"
+            boxes.append(f"<div class='sample-box'><h4>{escape(label)} · {escape(plm)}</h4>{quotes}</div>")
+    return (
+        f'<section id="samples"><h2>Samples</h2><p>Up to {SAMPLES_PER_CELL} synthetic samples per label '
+        "and PLM, latest rounds first (the synthetic set is public).</p>"
+        f"<div class='samples'>{''.join(boxes)}</div></section>"
+    )
+
+
+def _fid_section(figures: OperatorFigures) -> str:
+    rows = [[t, float(v)] for t, v in sorted(figures.fid_by_round.items())]
+    settings = {
+        "private source": figures.source,
+        "M (--m)": figures.m if figures.m is not None else "every record",
+        "seed of the draw": figures.seed,
+        "private records compared": figures.n_private,
+        "embedder": figures.embedder,
+    }
+    return (
+        '<section id="fid" class="operator"><h2>FID per round (operator only)</h2>'
+        f'<p class="warn"><strong>Operator only:</strong> {escape(OPERATOR_NOTE)}.</p>'
+        f'<img src="{FID_PNG}" alt="FID per round against the private set">'
+        f"{table(['round (cumulative)', 'FID'], rows)}{definition_table(settings)}</section>"
+    )
+
+
+def _footer(view: RunView) -> str:
+    output = view.manifest.get("output", {})
+    versions = ", ".join(f"{k} {v}" for k, v in sorted((view.manifest.get("versions") or {}).items()))
+    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"<footer><p>{escape(str(output.get('file', 'synthetic.parquet')))} sha256 "
+        f"<code>{escape(str(output.get('sha256', '?')))}</code></p>"
+        f"<p>versions: {escape(versions or '?')}</p><p>report made {made} by <code>wasp-vllm report</code>"
+        "</p></footer>"
+    )
