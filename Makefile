@@ -9,7 +9,7 @@ export WASP_VLLM_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast lint mutation bench bench-quick bench-render bench-quality bench-hotpate clean
+.PHONY: demo test test-fast lint mutation bench bench-quick bench-render bench-quality bench-hotpate bench-hotpate-yields clean
 
 $(STAMP): pyproject.toml
 	@echo "setting up .venv with the $(BUILD) build of vLLM"
@@ -45,7 +45,7 @@ lint: $(STAMP)
 mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; CI runs the curated list)
 	$(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40
 
-BENCH := engine_overhead reference_loop pipeline_stages topq_search
+BENCH := engine_overhead reference_loop pipeline_stages topq_search served
 bench: $(STAMP)  # full size: tens of minutes on 2 cores
 	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py || exit 1; done
 
@@ -60,6 +60,9 @@ bench-quality: $(STAMP)
 
 bench-hotpate: $(STAMP)
 	$(BIN)/python benchmarks/hotpate_coverage.py
+
+bench-hotpate-yields: $(STAMP)  # private-token yields per accounting and epsilon (replay; --runs adds real runs)
+	$(BIN)/python benchmarks/hotpate_yields.py
 
 clean:
 	rm -rf $(VENV) .cache runs

@@ -97,9 +97,12 @@ AUTO_ENGINE = "vllm"
 # rows), then the ablations, the accountant and the Q grid.
 SIDE_GROUPS = ("federated", "ablation", "accountant", "q", "levers", "n-curve")
 #: Issue 15's levers, each flipped against WASP's defaults (the "WASP" row).
+# The baselines run as published: an even split of the labels (our label prior is WASP's lever).
+AS_PUBLISHED = {"label_prior": "uniform"}
+
 LEVERS = (
     ("wasp-gate-off", "WASP, quality gate off", {"quality_gate": False}),
-    ("wasp-label-prior", "WASP, label prior from a noisy private histogram", {"label_prior": "private"}),
+    ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
     ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
     ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),
 )
@@ -123,11 +126,21 @@ def method_grid(quick: bool, federated_m: int, groups: set[str]) -> list[Method]
     out: list[Method] = [
         Method("only-private", "OnlyPrivate (no DP)", "main", only_private=True),
         Method("fusegen", "FuseGen (zero-shot, 2 PLMs)", "main", {"strategy": "fusegen", "plms": both}),
-        Method("aug-pe:smollm2", "Aug-PE (smollm2)", "main", {"strategy": "aug-pe", "plms": ["smollm2"]}),
+        Method(
+            "aug-pe:smollm2",
+            "Aug-PE (smollm2)",
+            "main",
+            {"strategy": "aug-pe", "plms": ["smollm2"], **AS_PUBLISHED},
+        ),
     ]
     if not quick:
         out.append(
-            Method("aug-pe:gemma3", "Aug-PE (gemma3)", "main", {"strategy": "aug-pe", "plms": ["gemma3"]})
+            Method(
+                "aug-pe:gemma3",
+                "Aug-PE (gemma3)",
+                "main",
+                {"strategy": "aug-pe", "plms": ["gemma3"], **AS_PUBLISHED},
+            )
         )
     out.append(Method("wasp", "WASP", "main", {"strategy": "wasp", "plms": both}))
     if quick:
@@ -177,14 +190,26 @@ def method_grid(quick: bool, federated_m: int, groups: set[str]) -> list[Method]
 
 
 class _SharedEngine:
-    """Forwards to a cached engine; ``close`` is a no-op so the next run can reuse it."""
+    """Forwards to a cached engine; ``close`` is a no-op so the next run can reuse it.
 
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-        self.name = engine.name
+    A vLLM engine whose worker died (e.g. killed for memory on this shared machine) is started
+    again once, so one death does not cost the PLM every later run of the benchmark.
+    """
+
+    def __init__(self, pool: EnginePool, name: str, cfg: Any) -> None:
+        self._pool, self._cfg = pool, cfg
+        self.name = name
 
     def generate(self, prompts, seeds, params):  # noqa: ANN001 - the Engine protocol
-        return self._engine.generate(prompts, seeds, params)
+        try:
+            return self._pool.engines[self.name].generate(prompts, seeds, params)
+        except Exception as exc:
+            if "Dead" not in type(exc).__name__:
+                raise
+            log.warning("engine %s died (%s); starting it again", self.name, type(exc).__name__)
+            self._pool.engines.pop(self.name, None)
+            self._pool.open(self.name, self._cfg)
+            return self._pool.engines[self.name].generate(prompts, seeds, params)
 
     def close(self) -> None:
         pass
@@ -200,15 +225,18 @@ class EnginePool:
 
     def __call__(self, name: str, cfg: Any) -> _SharedEngine:
         if name not in self.engines:
-            from wasp_vllm.engines import EngineOptions, make_engine
+            self.open(name, cfg)
+        return _SharedEngine(self, name, cfg)
 
-            start = time.perf_counter()
-            # seed 0: sampling is seeded per request (cfg.seed is part of every request seed)
-            options = dataclasses.replace(EngineOptions.from_config(cfg), kind=self.kind, seed=0)
-            self.engines[name] = make_engine(name, options)
-            self.startup_s[name] = round(time.perf_counter() - start, 2)
-            log.info("engine %s (%s) ready in %.1f s", name, self.kind, self.startup_s[name])
-        return _SharedEngine(self.engines[name])
+    def open(self, name: str, cfg: Any) -> None:
+        from wasp_vllm.engines import EngineOptions, make_engine
+
+        start = time.perf_counter()
+        # seed 0: sampling is seeded per request (cfg.seed is part of every request seed)
+        options = dataclasses.replace(EngineOptions.from_config(cfg), kind=self.kind, seed=0)
+        self.engines[name] = make_engine(name, options)
+        self.startup_s[name] = round(self.startup_s.get(name, 0.0) + time.perf_counter() - start, 2)
+        log.info("engine %s (%s) ready in %.1f s", name, self.kind, self.startup_s[name])
 
     def close(self) -> None:
         for name, engine in list(self.engines.items()):
@@ -713,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
             for s in range(min(args.side_seeds, args.seeds))
             for group in SIDE_GROUPS
             for m in methods
-            if m.group == group
+            if m.group == group and (group != "n-curve" or s == 0)  # the N-curve: one seed
         ]
         for seed, method in primary + side:
             elapsed = (time.perf_counter() - start) / 60

@@ -32,7 +32,8 @@ LABELS = ["positive", "neutral", "negative"]
 UPDATE = os.environ.get("WASP_UPDATE_GOLDEN") == "1"
 
 BASE = dict(plms=["a", "b"], task="drugs", private="private.csv", private_limit=None, n=36, rounds=3, q=2,
-            s=2, noise_seed=11, concurrent=False, seed=3, quality_gate=False)  # fmt: skip
+            s=2, noise_seed=11, concurrent=False, seed=3, quality_gate=False,
+            label_prior="uniform")  # fmt: skip
 CASES: dict[str, dict] = {
     "wasp": {},
     "wasp-m": {"private_limit": 20},

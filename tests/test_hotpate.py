@@ -211,7 +211,7 @@ def test_selector_retries_then_falls_back_to_the_public_distribution():
     agg = HomogeneousAggregator(sigma=0.0, threshold=2)
     sel = PrivateTokenSelector(agg, max_retries=2, rng=np.random.default_rng(0))
     decision = sel.select(probs, public, [])
-    assert (decision.token, decision.source, decision.releases) == (2, "fallback", 3)
+    assert (decision.token, decision.source, decision.releases) == (2, "abstain", 3)
     seen = []
     sel.fallback = lambda p, so_far, rng: seen.append(len(so_far)) or 1
     assert sel.select(probs, public, [5, 6]).token == 1 and seen == [2]
@@ -225,7 +225,7 @@ def test_selector_spends_nothing_when_the_threshold_is_out_of_reach():
     agg = HomogeneousAggregator(sigma=1.0, threshold=8 + 7.0)  # 7 sigma above unanimity
     sel = PrivateTokenSelector(agg, ledger=ledger, rng=np.random.default_rng(0))
     decision = sel.select(probs, np.array([0.0, 1.0, 0.0, 0.0]), [])
-    assert (decision.token, decision.source, decision.releases) == (1, "fallback", 0)
+    assert (decision.token, decision.source, decision.releases) == (1, "no_release", 0)
     assert ledger.releases == [] and sel.releases == 0
     assert not PrivateTokenSelector(HomogeneousAggregator(1.0, threshold=8 + 3.0)).unreachable(8, 4)
 
@@ -254,38 +254,24 @@ def test_generate_record_stops_at_a_stop_string_after_a_public_prefix():
     assert out.releases == out.private + out.fallback
 
 
-def test_ledger_stops_generation_early_and_says_so():
-    texts, labels = _private_set()
-    table, report = run_hotpate(
-        texts, labels, ["good", "bad"], teachers=16, max_tokens=6, n_samples=20,
-        epsilon=20.0, delta=1e-5, seed=0, sigma=2.0, threshold=4.0,
-        source_factory=lambda prompts: StubSource(prompts),
-    )  # fmt: skip
-    assert report["stopped_early"] and report["stop_reason"] == "privacy budget exhausted"
-    assert report["records_written"] == table.num_rows < 20
-    assert report["epsilon_spent"] <= 20.0 * (1 + 1e-9)
-    assert report["releases"] == report["ledger"]["compositions"] > 0
-    # one more release would have gone over the budget
-    from wasp_vllm.privacy.gaussian import epsilon_for_sigma
-
-    assert epsilon_for_sigma(2.0, 1e-5, math.sqrt(2), report["releases"] + 1) > 20.0
-    assert report["records_written"] >= 2
-
-
 def test_run_hotpate_table_and_report():
     texts, labels = _private_set()
     table, report = run_hotpate(
         texts, labels, ["good", "bad"], teachers=16, max_tokens=6, n_samples=6,
-        epsilon=50.0, delta=1e-5, seed=1, aggregator="heterogeneous",
+        epsilon=50.0, delta=1e-5, seed=1, aggregator="heterogeneous", threshold_fraction=0.9,
         source_factory=lambda prompts: StubSource(prompts),
     )  # fmt: skip
     assert table.column_names == ["id", "text", "label", "attribute", "plm", "round", "prompt_kind"]
     assert set(table.column("prompt_kind").to_pylist()) <= {"hotpate"}
-    assert not report["stopped_early"]
-    assert report["records_written"] + report["records_empty"] == 6
-    assert report["sigma_per_release"] > 0 and report["sensitivity"] == pytest.approx(math.sqrt(2))
+    assert not report["budget_exhausted"] and report["accounting"] == "gaussian"
+    assert report["records_written"] == 6
+    good = report["labels"]["good"]
+    assert good["sigma"] > 0 and good["sensitivity"] == pytest.approx(math.sqrt(2))
     assert report["tokens_private"] + report["tokens_fallback"] > 0
-    assert report["epsilon_spent"] <= 50.0
+    assert (
+        report["epsilon_guaranteed"] <= 50.0
+        and "DP with respect to the private file" in report["guarantee"]["statement"]
+    )
 
 
 def test_canary_never_leaves_through_logs_report_or_errors(caplog):

@@ -50,7 +50,7 @@ def write_private(path, n=60, share=(0.7, 0.1, 0.2)):
 def run(tmp_path, engine=FakeEngineForUnitTests, **kw):
     private = str(write_private(tmp_path / "p.csv"))
     settings = dict(plms=["a", "b"], task="drugs", private=private, private_limit=None, n=90, rounds=3,
-                    q=2, s=2, noise_seed=1, concurrent=False) | kw  # fmt: skip
+                    q=2, s=2, noise_seed=1, concurrent=False, label_prior="uniform") | kw  # fmt: skip
     cfg = RunConfig(**settings)
     manifest = Run(
         prepare(cfg),
@@ -136,3 +136,19 @@ def test_the_exact_accountant_composes_prior_and_votes(tmp_path):
     mu_prior = plan.prior_sensitivity / plan.prior_sigma
     mu_votes2 = sum((r.sensitivity / r.sigma) ** 2 for r in releases[1:])
     assert mu_prior**2 / (mu_prior**2 + mu_votes2) == pytest.approx(0.2, rel=1e-6)  # the share asked for
+
+
+@pytest.mark.parametrize(
+    ("settings", "prior"),
+    [
+        ({}, "private"),  # WASP reads the records to vote anyway: its default pays for the prior
+        ({"strategy": "fusegen", "plms": ["a", "b"]}, "uniform"),  # never reads them: stays so
+        ({"accountant": "paper"}, "uniform"),  # the prior splits the budget in mu^2 (exact only)
+        ({"parties": 3}, "uniform"),  # parties' labels are never pooled
+        ({"label_prior": "uniform"}, "uniform"),
+    ],
+)
+def test_the_automatic_label_prior_is_private_only_where_the_run_reads_the_records(settings, prior):
+    cfg = RunConfig(**settings)
+    assert cfg.label_prior == prior
+    assert RunConfig(**cfg.model_dump()).fingerprint() == cfg.fingerprint()  # resume sees the same

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.mutation
 class Mutant:
     why: str
     file: str
-    edits: tuple[tuple[str, str], ...]
+    edits: tuple[tuple[str, str], ...]  # (old, new) in ``file``, or (other file, old, new)
     tests: tuple[str, ...]
 
 
@@ -192,16 +192,31 @@ MUTANTS = {
     ),
     "hot-pate-noise-from-coordination-stream": Mutant(
         "Hot PATE's aggregation draws its noise from the public coordination randomness",
-        "wasp_vllm/hotpate/selector.py",
-        (("self.aggregator(hist, self.rng, self.noise_rng)", "self.aggregator(hist, self.rng)"),),
+        "wasp_vllm/hotpate/steps.py",
+        (("result = self.aggregator(hist, rng, noise_rng)", "result = self.aggregator(hist, rng)"),),
         ("tests/test_hotpate.py::test_the_noise_comes_from_its_own_stream_not_the_public_randomness",),
+    ),
+    "hot-pate-target-charging-noise-from-coordination-stream": Mutant(
+        "Hot PATE's target-charging step draws its noise from the public coordination randomness",
+        "wasp_vllm/hotpate/steps.py",
+        (
+            (
+                "return self.mechanism(hist.tokens, hist.counts, hist.n_teachers, noise_rng)",
+                "return self.mechanism(hist.tokens, hist.counts, hist.n_teachers, rng)",
+            ),
+        ),
+        ("tests/test_hotpate_charging.py::test_target_charging_noise_comes_from_the_secret_stream",),
     ),
     "paper-formula-trusted-above-epsilon-1": Mutant(
         "the ledger checks a paper-mode run with the paper's formula only",
         "wasp_vllm/privacy/accountant.py",
         (
             ("        if max(after, claimed) > self.epsilon", "        if claimed > self.epsilon"),
-            ("    if eps_exact > epsilon * (1.0 + BUDGET_RTOL):", "    if False:"),
+            (
+                "wasp_vllm/privacy/plan.py",
+                "    if eps_exact > epsilon * (1.0 + BUDGET_RTOL):",
+                "    if False:",
+            ),
         ),
         ("tests/test_accountant.py::test_paper_formula_that_under_noises_is_refused",),
     ),
@@ -235,12 +250,12 @@ def _plant(mutant: Mutant, scratch: Path) -> None:
     for folder in ("wasp_vllm", "tests"):
         shutil.copytree(ROOT / folder, scratch / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", scratch / "pyproject.toml")
-    path = scratch / mutant.file
-    text = path.read_text()
-    for old, new in mutant.edits:
+    for edit in mutant.edits:
+        file, old, new = edit if len(edit) == 3 else (mutant.file, *edit)
+        path = scratch / file
+        text = path.read_text()
         assert text.count(old) == 1, f"the code this mutant changes was rewritten (not found): {old!r}"
-        text = text.replace(old, new)
-    path.write_text(text)
+        path.write_text(text.replace(old, new))
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))

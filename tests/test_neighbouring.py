@@ -1,9 +1,10 @@
 """The guarantee holds for every published byte: neighbouring input files publish the same bytes.
 
 Each case runs the real CLI twice, on a private file and on a neighbouring one (a record removed,
-a record replaced, a heavy user removed), with the one computation that reads private data - the
-clean vote histograms - replaced by ``public_votes_double``, a test double that reads public
-inputs only.  Noise, ledger, selection, weights, prompts, files and logs are the real ones.  Every
+a record replaced, a heavy user removed), with the computations that read private data - the
+clean vote histograms and the clean label counts of the label prior - replaced by
+``public_votes_double`` and ``public_label_counts_double``, test doubles that read public inputs
+only.  Noise, ledger, selection, weights, prompts, files and logs are the real ones.  Every
 published file (``synthetic.parquet``, ``manifest.json`` minus wall-clock timings, the
 ``evaluate`` report) and the default-level output must then be byte-identical: anything else
 that depended on the private data - a record count, a hash of the records, a warning about a
@@ -27,6 +28,7 @@ from typer.testing import CliRunner
 
 import wasp_vllm.evaluation.runner
 import wasp_vllm.privacy.federated
+import wasp_vllm.privacy.mechanisms
 import wasp_vllm.privacy.voting
 from tests.fakes import HashEmbedderForTests, use_fake_backends
 from tests.privacy_checks import private_texts
@@ -44,6 +46,13 @@ def public_votes_double(private_emb, private_labels, synth_emb, synth_labels, q)
     return score + 0.1 * np.asarray(synth_labels), -score
 
 
+def public_label_counts_double(labels, n_labels):
+    """TEST DOUBLE of the clean label counts: the same for every input file."""
+    del labels
+    calls.append(n_labels)
+    return np.arange(1.0, n_labels + 1.0)
+
+
 calls: list[int] = []
 PUBLIC_TEST = [{"text": t, "label": LABELS[i % 3]} for i, t in enumerate(private_texts(12, seed=99))]
 
@@ -58,6 +67,7 @@ def doubles(monkeypatch):
 def vote_double(monkeypatch) -> None:
     monkeypatch.setattr(wasp_vllm.privacy.voting, "clean_histograms", public_votes_double)
     monkeypatch.setattr(wasp_vllm.privacy.federated, "clean_histograms", public_votes_double)
+    monkeypatch.setattr(wasp_vllm.privacy.mechanisms, "clean_label_counts", public_label_counts_double)
 
 
 def rows(n: int = 30, users: bool = False) -> list[dict[str, str]]:
@@ -174,33 +184,40 @@ def test_the_check_can_fail(tmp_path, monkeypatch):
         assert_same(a, b)
 
 
-def test_hot_pate_with_its_private_step_doubled_publishes_the_same_bytes(tmp_path, monkeypatch):
-    """Teachers hold the private records; the double of their noisy aggregation reads only the
-    public prompt's distribution (and still charges the ledger), so nothing else may differ."""
+@pytest.mark.parametrize("accounting", ["gaussian", "target-charging"])
+def test_hot_pate_with_its_private_step_doubled_publishes_the_same_bytes(tmp_path, monkeypatch, accounting):
+    """Teachers hold the private records; the double of their private step reads only the public
+    prompt's distribution and still goes through the real accountant (the Gaussian ledger, or the
+    target-charging cap with a public pattern of charged calls), so nothing else may differ."""
     import types
 
     import wasp_vllm.hotpate.generate as hotpate
     from tests.test_hotpate import StubSource
+    from wasp_vllm.hotpate.accounting import StepOutcome
     from wasp_vllm.hotpate.selector import PrivateTokenSelector, TokenDecision
 
-    def select_double(self, teacher_probs, public_probs, tokens_so_far):
+    def select_double(self, teacher_probs, public_probs, tokens_so_far, no_token=None):
         """TEST DOUBLE of the private token step: the public prompt's likeliest token."""
         del teacher_probs  # the private part
         calls.append(1)
-        if not self._charge():
-            return TokenDecision(None, "budget", 0)
+        if not self.step.reserve():
+            self.silent = "budget"  # as the real step: the record goes on with the public prompt alone
+            return self.fall_back(public_probs, tokens_so_far, "budget", 0, no_token)
+        self.step.settle(StepOutcome(None, self.step.calls % 3 == 0))  # public charging pattern
         return TokenDecision(int(np.argmax(public_probs)), "private", 1)
 
     monkeypatch.setattr(hotpate, "load_lm", lambda *a, **k: types.SimpleNamespace(name="stub-lm"))
     monkeypatch.setattr(hotpate, "TeacherEnsembleLM", lambda lm, prompts, temperature: StubSource(prompts))
     monkeypatch.setattr(PrivateTokenSelector, "select", select_double)
     records = rows()
+    teachers = "4" if accounting == "gaussian" else "400"  # target charging needs many to afford a call
 
     def run(folder: Path, data: list[dict[str, str]]) -> dict[str, str]:
         write(folder, data)
         monkeypatch.chdir(folder)
-        argv = ["hotpate", "--private", "private.csv", "--n", "4", "--teachers", "4", "--max-tokens", "5",
-                "--epsilon", "50", "--out", "out"]  # fmt: skip
+        argv = ["hotpate", "--private", "private.csv", "--n", "4", "--teachers", teachers,
+                "--max-tokens", "5", "--epsilon", "50", "--accounting", accounting, "--engine", "hf",
+                "--out", "out"]  # fmt: skip
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 0, result.output
         return {
@@ -211,5 +228,8 @@ def test_hot_pate_with_its_private_step_doubled_publishes_the_same_bytes(tmp_pat
             ),
         }
 
-    assert_same(run(tmp_path / "d", records), run(tmp_path / "d-prime", records[:1] + records[2:]))
+    first = run(tmp_path / "d", records)
+    assert_same(first, run(tmp_path / "d-prime", records[:1] + records[2:]))
     assert calls
+    manifest = json.loads(first["manifest.json"])
+    assert manifest["privacy"]["accounting"] == accounting and manifest["privacy"]["tokens_private"] > 0

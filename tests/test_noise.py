@@ -67,8 +67,8 @@ def noise_residuals(cfg: RunConfig, out: Path) -> np.ndarray:
 def test_the_noise_added_is_the_sigma_the_manifest_reports(tmp_path, federated):
     cfg = config(write_private(tmp_path / "p.csv"), parties=3 if federated else None)
     manifest = run(cfg, tmp_path / "out")
-    sigma = manifest["privacy"]["ledger"]["sigma"]
-    assert sigma == manifest["privacy"]["plan"]["sigma"] > 0
+    sigma = manifest["privacy"]["plan"]["sigma"]
+    assert sigma > 0 and manifest["privacy"]["ledger"]["sigmas"].count(sigma) == cfg.rounds - 1
     residuals = noise_residuals(cfg, tmp_path / "out")
     assert residuals.size >= 180
     # std estimated from ~180 draws is within ~5 %; 25 % leaves room and still catches sigma/2

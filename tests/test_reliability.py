@@ -127,7 +127,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_output(crash_setup, kill_at
     a = json.loads((full / "manifest.json").read_text())
     b = json.loads((out / "manifest.json").read_text())
     assert _comparable(a) == _comparable(b)
-    assert b["privacy"]["ledger"]["compositions"] == 2  # the killed round's vote is not counted twice
+    # the killed round's vote (and the label prior) are not counted twice: 2 votes + 1 histogram
+    assert b["privacy"]["ledger"]["compositions"] == 3
     assert not RunStore(out).stale_temp_files()
 
 
@@ -286,7 +287,7 @@ def test_private_text_never_in_an_error(tmp_path, canaries):
 
 
 def test_ledger_refuses_to_exceed_the_budget():
-    cfg = RunConfig(plms=["a"], rounds=3, q=2, epsilon=1.0, delta=1e-5)
+    cfg = RunConfig(plms=["a"], rounds=3, q=2, epsilon=1.0, delta=1e-5, label_prior="uniform")
     plan = privacy_plan(cfg)
     ledger = PrivacyLedger(cfg.epsilon, cfg.delta)
     for t in range(2):  # the planned T-1 releases fit, to rounding

@@ -73,8 +73,9 @@ def test_the_page_shows_rounds_labels_privacy_and_samples(run):
     html = page.read_text()
     manifest = json.loads((out / "manifest.json").read_text())
     assert sections(html) == ["privacy", "rounds", "labels", "rejects", "samples", "sharing"]
-    ledger = manifest["privacy"]["ledger"]
-    for value in (ledger["epsilon_spent"], ledger["sigma"], ledger["sensitivity"]):
+    ledger, plan = manifest["privacy"]["ledger"], manifest["privacy"]["plan"]
+    assert plan["prior_sigma"] is not None  # the default run pays for a label prior too
+    for value in (ledger["epsilon_spent"], plan["sigma"], plan["sensitivity"], plan["prior_sigma"]):
         assert f"{value:.4g}" in html
     assert "1e-05" in html and ">exact<" in html  # delta and the accountant
     assert "ε VOID" not in html  # the noise came from the run's secret key

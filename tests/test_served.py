@@ -156,7 +156,11 @@ def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(ser
     result = generate(out=out, backends=backends, plms=[served["plms"]], engine="openai", **sizes)
     watcher.join(timeout=5)
     assert killed, "round 0 was never written"
-    assert pg.group_members(victim["pid"]) == []  # the whole group died: server and engine
+    # The whole group died (server and engine); the kernel reaps the last member a moment later.
+    deadline = time.monotonic() + 30
+    while pg.group_members(victim["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pg.group_members(victim["pid"]) == []
     rows = pq.read_table(out / "synthetic.parquet").to_pylist()
     shortfall = sum(sum(r["shortfall"].values()) for r in result.manifest["rounds"])
     assert len(rows) + shortfall == 24 and len(rows) >= 20  # every sample written, once
@@ -166,6 +170,7 @@ def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(ser
     assert all(sum(r["engine_failures"].values()) == 0 for r in result.manifest["rounds"])
     (stats,) = [e.stats() for e in engines]
     print("replica counters after the kill:", json.dumps(stats))
+    assert result.manifest["engines"] == {served["plms"]: stats}  # published with the run
     alive, dead = stats["replicas"]
     assert dead["failures"] >= 1 and alive["failures"] == 0 and stats["retried"] >= 1
     assert alive["completed"] + dead["completed"] == alive["requests"] + dead["requests"] - dead["failures"]

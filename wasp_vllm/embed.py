@@ -72,7 +72,7 @@ class Embedder:
         self.device = torch_device(device)
         self.batch_size = batch_size
         self._model = SentenceTransformer(str(self.path), device=self.device)
-        log.info("embedder %s on %s", self.name, self.device)
+        log.debug("embedder %s on %s", self.name, self.device)
 
     @property
     def dim(self) -> int:

@@ -234,19 +234,26 @@ def _privacy_section(view: RunView) -> str:
     privacy = view.manifest.get("privacy") or {}
     plan, ledger = privacy.get("plan") or {}, privacy.get("ledger") or {}
     eps_spent = ledger.get("epsilon_spent")
+    # The votes' noise is the plan's; a label-prior histogram has a noise of its own (below).
     headline = {
         "ε spent": f"{fmt(eps_spent)} of {fmt(plan.get('epsilon'))}",
         "δ": fmt(ledger.get("delta", plan.get("delta"))),
-        "σ (noise)": fmt(ledger.get("sigma", plan.get("sigma"))),
-        "sensitivity": fmt(ledger.get("sensitivity", plan.get("sensitivity"))),
+        "σ (noise)": fmt(plan.get("sigma", ledger.get("sigma"))),
+        "sensitivity": fmt(plan.get("sensitivity", ledger.get("sensitivity"))),
         "accountant": str(ledger.get("mode", plan.get("mode", "?"))),
     }
+    prior = plan.get("prior_sigma")
     details = {
         "guarantee": privacy.get("guarantee"),
         "ε spent, exact accountant": fmt(ledger.get("epsilon_spent_exact")),
         "ε by the paper's formula": fmt(ledger.get("epsilon_spent_paper")),
         "neighbouring relation": ledger.get("neighbour", plan.get("neighbour")),
         "compositions (voting rounds)": ledger.get("compositions", plan.get("compositions")),
+        **(
+            {"label histogram (σ, sensitivity)": f"{fmt(prior)}, {fmt(plan.get('prior_sensitivity'))}"}
+            if prior is not None
+            else {}
+        ),
         "noise": privacy.get("noise"),
     }
     parts = [

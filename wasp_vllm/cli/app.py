@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+import shutil
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -136,11 +140,43 @@ def generate(
     with friendly_errors():
         from wasp_vllm.api import generate as generate_run
 
-        with _progress() as progress:
+        with chatter_to_file(verbose, out) as chatter, _progress() as progress:
             result = generate_run(
                 out=out, config=config, resume=resume, overwrite=overwrite, progress=progress, **settings
             )
-        _print_summary(result.manifest, out)
+        _print_summary(result.manifest, out, chatter)
+
+
+@contextmanager
+def chatter_to_file(verbose: bool, out: Path) -> Iterator[Path | None]:
+    """What third parties write straight to the stderr descriptor (vLLM's worker processes, C++
+    warnings, weight-loading bars) goes to a log file unless ``-v``, so the one progress display
+    stays readable; ours keeps the terminal.  The log ends in ``out/private/engines.log``."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        fd = -1  # stderr is captured (tests): nothing to redirect
+    if verbose or fd < 0:
+        yield None
+        return
+    log_fd, name = tempfile.mkstemp(prefix="wasp-vllm-engines-", suffix=".log")
+    saved = os.dup(fd)
+    console.file = os.fdopen(os.dup(saved), "w", buffering=1)
+    os.dup2(log_fd, fd)
+    path = Path(name)
+    try:
+        yield path
+    except BaseException:
+        console.print(f"engine messages: {path}", highlight=False)
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(log_fd)
+        console.file = sys.stderr
+    if (out / "private").is_dir():
+        shutil.move(path, out / "private" / "engines.log")
 
 
 @contextmanager
@@ -160,7 +196,7 @@ def _progress() -> Iterator[Progress]:
         yield progress
 
 
-def _print_summary(manifest: dict[str, Any], out: Path) -> None:
+def _print_summary(manifest: dict[str, Any], out: Path, chatter: Path | None = None) -> None:
     plms = manifest["config"]["plms"]
     table = Table(title=f"{manifest['output']['rows']} samples written to {out}")
     for column in ("round", *plms):
@@ -187,6 +223,7 @@ def _print_summary(manifest: dict[str, Any], out: Path) -> None:
         )
     console.print(
         f"share: {out}/synthetic.parquet, {out}/manifest.json (and `wasp-vllm report {out}`)\n"
-        f"keep to yourself: {out}/private/ (the noise key and checkpoints)",
+        f"keep to yourself: {out}/private/ (the noise key, checkpoints"
+        + (", engine messages)" if chatter else ")"),
         highlight=False,
     )

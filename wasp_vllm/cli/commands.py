@@ -87,13 +87,23 @@ def hotpate(
     task: Annotated[str, typer.Option(help="Task name or task file.")] = "drugs",
     text_col: Annotated[str, typer.Option(help="Text column of the private file.")] = "text",
     label_col: Annotated[str, typer.Option(help="Label column of the private file.")] = "label",
-    private_limit: Annotated[int | None, typer.Option("--m", help="Use M private records.")] = None,
-    teachers: Annotated[
-        int, typer.Option(help="Number of teachers (disjoint parts of the private data).")
-    ] = 64,
+    private_limit: Annotated[
+        int, typer.Option("--m", help="Draw M records (keyed hash); M is public and sizes the teachers.")
+    ] = 600,
+    records_per_teacher: Annotated[
+        int, typer.Option(help="Records per teacher: ceil(M / (this * labels)) teachers per label.")
+    ] = 1,
+    teachers: Annotated[int | None, typer.Option(help="Teachers per label (overrides the sizing).")] = None,
+    accounting: Annotated[
+        str, typer.Option(help="'gaussian' (pay per query) or 'target-charging' (pay per borderline call).")
+    ] = "gaussian",
+    threshold_fraction: Annotated[
+        float, typer.Option(help="Threshold as a share of the teachers; sets the noise of either accounting.")
+    ] = 0.9,
     max_tokens: Annotated[int, typer.Option(help="Tokens per synthetic record.")] = 48,
     n: Annotated[int, typer.Option("--n", help="Synthetic records to write.")] = 10,
-    model: Annotated[str, typer.Option(help="PLM preset or model directory (hf engine).")] = "smollm2",
+    model: Annotated[str, typer.Option(help="PLM preset or model directory.")] = "smollm2",
+    engine: Annotated[str, typer.Option(help="'hf' (transformers), 'vllm' (top-K) or 'auto'.")] = "auto",
     epsilon: Annotated[float, typer.Option(help="Privacy budget for all generated tokens.")] = 4.0,
     delta: Annotated[float, typer.Option(help="Privacy parameter delta.")] = 1e-5,
     ensemble: Annotated[
@@ -109,7 +119,10 @@ def hotpate(
     setup_logging(False)
     with friendly_errors():
         from wasp_vllm.data import load_private
+        from wasp_vllm.devices import gpu_available
         from wasp_vllm.hotpate.generate import run_hotpate
+        from wasp_vllm.hotpate.prompts import subject_for
+        from wasp_vllm.hotpate.report import manifest_entry, summary_line
         from wasp_vllm.privacy.sampling import voting_neighbour
         from wasp_vllm.store import RunStore, write_json, write_parquet
         from wasp_vllm.tasks import get_task
@@ -119,29 +132,20 @@ def hotpate(
         store = RunStore(out)
         store.prepare(resume=False, overwrite=overwrite)
         secret = store.secret(None, create=True)  # the noise comes from a secret key, never --seed
+        engine = ("vllm" if gpu_available() else "hf") if engine == "auto" else engine
+        # The --m draw swaps at most one record, which may touch two teachers: replace neighbours.
         table, report = run_hotpate(
-            data.texts,
-            [spec.labels[i] for i in data.labels],
-            spec.labels,
-            model=model,
-            teachers=teachers,
-            max_tokens=max_tokens,
-            n_samples=n,
-            epsilon=epsilon,
-            delta=delta,
-            seed=seed,
-            ensemble=ensemble,
-            # An --m draw swaps at most one record, which may touch two teachers.
-            neighbour=voting_neighbour("add_remove", selected=private_limit is not None).value,
+            data.texts, [spec.labels[i] for i in data.labels], spec.labels, model=model, engine=engine,
+            accounting=accounting, task=subject_for(spec.name), requested_m=private_limit,
+            records_per_teacher=records_per_teacher, teachers=teachers, ensemble=ensemble,
+            threshold_fraction=threshold_fraction, max_tokens=max_tokens, n_samples=n, epsilon=epsilon,
+            delta=delta, seed=seed, neighbour=voting_neighbour("add_remove", selected=True).value,
             noise_rng=secret.generator("hotpate"),
-        )
+        )  # fmt: skip
         write_parquet(out / "synthetic.parquet", table)
-        # Published: settings and functions of the releases only (no count or hash of the records).
-        write_json(
-            out / "manifest.json",
-            {"method": "hotpate", "privacy": report, "private_data": {"requested_m": private_limit}},
-        )
-        console.print(f"wrote {table.num_rows} records to {out}")
+        # Published: settings and functions of the calls' outputs only (no count or hash of the records).
+        write_json(out / "manifest.json", manifest_entry(report, accounting, private_limit))
+        console.print(summary_line(report, table.num_rows, str(out), accounting, delta), markup=False)
 
 
 @app.command()

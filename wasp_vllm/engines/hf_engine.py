@@ -40,7 +40,7 @@ class HFEngine:
             plm.path, dtype=torch.bfloat16, trust_remote_code=plm.trust_remote_code
         ).to(self.device)  # type: ignore[arg-type]
         self._model.eval()
-        log.info("loaded hf engine %s on %s", self.name, self.device)
+        log.debug("loaded hf engine %s on %s", self.name, self.device)
 
     def format_prompt(self, prompt: str) -> str:
         return chat_prompt(self._tokenizer, prompt) if self.chat else prompt

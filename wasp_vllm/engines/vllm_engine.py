@@ -63,7 +63,7 @@ class VLLMEngine:
         self.sleep_mode = options.sleep_mode and on_gpu
         if self.sleep_mode:
             kwargs["enable_sleep_mode"] = True
-        log.info("starting vLLM engine %s (%s)", self.name, "GPU" if on_gpu else "CPU")
+        log.debug("starting vLLM engine %s (%s)", self.name, "GPU" if on_gpu else "CPU")
         self._llm = LLM(**kwargs)
         self._tokenizer = self._llm.get_tokenizer()
         if self.sleep_mode:

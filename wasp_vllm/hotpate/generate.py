@@ -1,76 +1,57 @@
 """Token-by-token private generation with Hot PATE, and synthetic records from private data.
 
-The loop for one synthetic record (``generate_record``)::
+The run, label by label (each label's teachers hold only that label's records)::
 
-    reset every teacher to its prompt; append the public response prefix (e.g. an opening quote)
-    repeat up to max_tokens times:
-        p = next-token distributions of all teachers (+ the public prompt, last row)
-        if even n unanimous votes could not clear the threshold: fallback (no release)
-        up to 1 + max_retries times:
-            record one Gaussian release on the privacy ledger (stop if over budget)
-            draw the ensemble's votes (fresh shared randomness), add noise, aggregate
-            a token came back -> use it
-        nothing came back -> fallback(public distribution)   (free: no private data)
-        end of sequence or a stop string -> stop; else append the token to every teacher
+    n = teachers per label, from the public requested M (settings.py); prompts (prompts.py)
+    a fresh private step with its own accountant for this label (steps.py)
+    for each of the label's records (an empty one is generated again, up to max_attempts):
+        reset every teacher to its prompt; append the public response prefix (an opening quote)
+        repeat up to max_tokens times:
+            p = next-token distributions of all teachers (+ the public prompt, last row)
+            the selector: draw the ensemble, private call (if the accountant allows), retries;
+            nothing came back / out of reach / budget spent -> the public prompt's own token
+            end of sequence or a stop string -> stop; else append the token to every teacher
 
-Privacy.  The private data enter only through the teacher prompts.  Each private record is
-placed in exactly one teacher of its label's ensemble, by a keyed hash of its text (keyed by
-the run seed), so adding or removing one record changes at most one teacher; that teacher's
-one vote moves between two bins: L2 sensitivity ``sqrt(2)`` per release.  (Replacing a record
-may touch two teachers: sensitivity 2; :func:`vote_sensitivity` returns the right one.)  Every
-aggregation - retries included - is one Gaussian release recorded on a
-:class:`~wasp_vllm.privacy.accountant.PrivacyLedger`; the releases compose exactly.  Tokens,
-stop decisions, retries and fallbacks are functions of the releases only, so everything else
-is post-processing.  The ledger refuses the release that would exceed the budget; generation
-then ends with the records completed so far, and the report says so.
+Privacy.  The private data enter only through the teacher prompts: one record is in exactly one
+teacher of its own label (keyed hash), so the labels' ensembles are disjoint and each gets its own
+accountant (:func:`~wasp_vllm.hotpate.steps.label_budget` says why the run is then ``(eps, delta)``
+-DP, for add/remove and for replace neighbours).  Tokens, stops, retries and fallbacks are
+functions of the calls' outputs and of public randomness, so they, the records and every count in
+the report are post-processing.  A spent budget never ends the run: the remaining tokens come from
+the public fallback, so the run always writes the records it was asked for, and the report says
+how many tokens came from where (per record and overall).
 
-What this costs.  With ``n`` teachers the default homogeneous threshold is ``n/2 + L`` with
-``L ~ 5.5 sigma`` (50k vocabulary), so tokens come from the teachers only while roughly
-``sigma < n/15``; the per-release sigma grows with ``sqrt(releases)``, so the number of private
-tokens a budget buys grows like ``n^2``.  At epsilon 8, delta 1e-5 that is about 25 releases
-with 64 teachers, 400 with 256 and 6500 with 1024 (at epsilon 4: 7, 124, 2000).  With fewer
-teachers most tokens come from the public fallback (reported as ``tokens_fallback`` and
-``private_token_share``); when the threshold is out of reach altogether no release is made.
-The heterogeneous aggregator (threshold ``2L``) needs fewer teachers per release but returns
-"nothing" more often.
-
-Private texts never appear in a log line, an exception message or the report.
+Cost.  Whatever the accounting, a private token needs many teachers: with ``n`` per label the
+Gaussian ledger affords ``K ~ (mu* sigma / Delta)^2`` releases with ``sigma ~ 0.3 n / 5.5``, and
+target charging a fixed cost that only pays off at a few hundred teachers per label and more; see
+``docs/hotpate_accounting.md`` for the arithmetic and ``benchmarks/hotpate_yields.py`` for the
+measurement on the packaged data.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from wasp_vllm.hotpate.aggregators import make_aggregator
-from wasp_vllm.hotpate.ensembles import ENSEMBLE_KINDS, EnsembleKind
+from wasp_vllm.hotpate.prompts import build_teacher_prompts
+from wasp_vllm.hotpate.report import LabelRun, Tally, run_report
 from wasp_vllm.hotpate.selector import (
     Fallback,
-    Neighbour,
     PrivateTokenSelector,
     SourceFactory,
     generate_record,
     sample_public,
-    vote_sensitivity,
 )
+from wasp_vllm.hotpate.settings import HotPateSettings, check_inputs
 from wasp_vllm.hotpate.teachers import DistributionSource, TeacherEnsembleLM, load_lm
-from wasp_vllm.privacy.accountant import PrivacyLedger
-from wasp_vllm.privacy.gaussian import calibrate_sigma
 
 log = logging.getLogger(__name__)
 
-TEACHER_TEMPLATE = (
-    'Here are some examples of {task} with the label "{label}":\n\n{examples}\n\n'
-    'Write one new {task} with the label "{label}", different from the examples. '
-    "Reply with the text only."
-)
-PUBLIC_TEMPLATE = 'Write one {task} with the label "{label}". Reply with the text only.'
 SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -84,150 +65,19 @@ SCHEMA = pa.schema(
 )
 
 
-# --------------------------------------------------------------------------------------------
-# teachers from private data
-# --------------------------------------------------------------------------------------------
-
-
-def _slot(text: str, seed: int, teachers: int) -> tuple[int, bytes]:
-    """Teacher slot of a record: a keyed hash of its text, so each record's place depends on it alone."""
-    digest = hashlib.blake2b(
-        text.encode("utf-8"), key=str(seed).encode("utf-8")[:64], digest_size=16
-    ).digest()
-    return int.from_bytes(digest[:8], "big") % teachers, digest
-
-
-def _example(text: str, max_chars: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= max_chars else flat[: max_chars - 3].rstrip() + "..."
-
-
-def build_teacher_prompts(
-    texts: Sequence[str],
-    teachers: int,
-    label: str,
-    seed: int,
-    examples_per_teacher: int = 3,
-    task: str = "text",
-    max_example_chars: int = 300,
-    teacher_template: str = TEACHER_TEMPLATE,
-    public_template: str = PUBLIC_TEMPLATE,
-) -> list[str]:
-    """``teachers`` prompts from disjoint parts of ``texts`` (all of one label), plus the public one.
-
-    A teacher that receives no record gets the public prompt (it is still a teacher: the
-    ensemble size stays public and fixed).  A teacher that receives more than
-    ``examples_per_teacher`` records shows the first ones in hash order.
-    """
-    if teachers < 1 or examples_per_teacher < 1:
-        raise ValueError("teachers and examples_per_teacher must be >= 1")
-    slots: list[list[tuple[bytes, str]]] = [[] for _ in range(teachers)]
-    for text in texts:
-        slot, digest = _slot(text, seed, teachers)
-        slots[slot].append((digest, text))
-    public = public_template.format(task=task, label=label)
-    prompts = []
-    for members in slots:
-        shown = [t for _, t in sorted(members)[:examples_per_teacher]]
-        if not shown:
-            prompts.append(public)
-            continue
-        examples = "\n".join(f"{i + 1}. {_example(t, max_example_chars)}" for i, t in enumerate(shown))
-        prompts.append(teacher_template.format(task=task, label=label, examples=examples))
-    return [*prompts, public]
-
-
-# --------------------------------------------------------------------------------------------
-# the whole run
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HotPateSettings:
-    """Every knob of a Hot PATE run (all public; recorded in the report)."""
-
-    n_samples: int
-    epsilon: float
-    delta: float
-    seed: int = 0
-    teachers: int = 64
-    max_tokens: int = 48
-    examples_per_teacher: int = 3
-    ensemble: EnsembleKind = "coordinated"
-    aggregator: str = "homogeneous"
-    threshold: float | None = None
-    beta: float = 1e-3
-    renormalize: bool = False
-    temperature: float = 1.0
-    max_retries: int = 2
-    sigma: float | None = None
-    planned_releases: int | None = None
-    neighbour: Neighbour = "add_remove"
-    task: str = "text"
-    max_example_chars: int = 300
-    response_prefix: str = '"'
-    stop: tuple[str, ...] = ('"', "\n\n")
-
-    def releases_planned(self) -> int:
-        """Releases sigma is calibrated for: by default one per token of every record, no retries."""
-        return self.planned_releases or self.n_samples * self.max_tokens
-
-    def resolve_sigma(self) -> float:
-        """The given sigma, or the smallest one for which the planned releases fit (epsilon, delta)."""
-        if self.sigma is not None:
-            return float(self.sigma)
-        return calibrate_sigma(
-            self.epsilon, self.delta, vote_sensitivity(self.neighbour), self.releases_planned()
-        )
-
-
-def _per_label(n: int, k: int) -> list[int]:
-    """Split ``n`` records evenly over ``k`` labels (the first labels get the remainder)."""
-    return [n // k + (1 if i < n % k else 0) for i in range(k)]
-
-
-def _check_inputs(
-    texts: Sequence[str], labels: Sequence[str], label_names: Sequence[str], s: HotPateSettings
-) -> None:
-    """Validate without ever echoing a private value."""
-    if len(texts) != len(labels):
-        raise ValueError(f"{len(texts)} private texts but {len(labels)} labels")
-    if not label_names or len(set(label_names)) != len(label_names):
-        raise ValueError("label_names must be non-empty and distinct")
-    unknown = sum(1 for lab in labels if lab not in set(label_names))
-    if unknown:
-        raise ValueError(f"{unknown} private labels are not in label_names")
-    if s.n_samples < 1 or s.max_tokens < 1 or s.teachers < 1:
-        raise ValueError("n_samples, max_tokens and teachers must be >= 1")
-    if s.ensemble not in ENSEMBLE_KINDS:
-        raise ValueError(f"ensemble must be one of {ENSEMBLE_KINDS}")
-
-
 @dataclass
-class _Tally:
-    """Counters of the run (public: functions of the releases)."""
+class _Label:
+    """One label's ensemble and its selector while it generates."""
 
-    private: int = 0
-    fallback: int = 0
-    empty: int = 0
-    partial_dropped: int = 0
-    stop_reason: str | None = None
-    vocab_size: int | None = None
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    name: str
+    quota: int
+    source: DistributionSource
+    selector: PrivateTokenSelector
+    public_source: DistributionSource | None = None
+    run: LabelRun = field(init=False)
 
-
-def _warn_unreachable(selector: PrivateTokenSelector, teachers: int, vocab: int) -> float:
-    threshold = selector.aggregator.resolve_threshold(teachers, vocab)
-    if selector.unreachable(teachers, vocab):
-        log.warning(
-            "hot pate: threshold %.1f is out of reach of %d teachers at sigma %.3g: no release is "
-            "made and every token comes from the public fallback (no privacy spent); use more "
-            "teachers, a larger epsilon or fewer tokens",
-            threshold,
-            teachers,
-            selector.aggregator.sigma,
-        )
-    return threshold
+    def __post_init__(self) -> None:
+        self.run = LabelRun(self.name, self.quota, self.selector.step)
 
 
 def generate_hotpate(
@@ -240,127 +90,110 @@ def generate_hotpate(
     fallback: Fallback = sample_public,
     noise_rng: np.random.Generator | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
-    """Synthetic records (text, label) from ``settings.teachers`` teachers per label.
+    """Synthetic records (text, label) from each label's teachers; always ``n_samples`` records
+    unless some come out empty ``max_attempts`` times.
 
-    ``noise_rng`` draws the Gaussian noise of every release: a stream of the run's secret key
-    (fresh OS entropy when None); the public ``seed`` drives only the shared coordination
-    randomness and the fallback.  Returns the records as an Arrow table (``SCHEMA``) and the
-    privacy report.
+    ``noise_rng`` draws the noise of every private call: a stream of the run's secret key (fresh OS
+    entropy when None); the public ``seed`` drives only the shared coordination randomness and
+    the fallback.  Returns the records as an Arrow table (``SCHEMA``) and the privacy report.
     """
     s = settings
-    _check_inputs(private_texts, private_labels, label_names, s)
-    sigma = s.resolve_sigma()
-    ledger = PrivacyLedger(s.epsilon, s.delta)
-    aggregator = make_aggregator(s.aggregator, sigma, s.threshold, s.beta, s.renormalize)
+    check_inputs(private_texts, private_labels, label_names, s)
+    n = s.teachers_per_label(len(label_names))
     rng = np.random.default_rng(s.seed)
-    selector = PrivateTokenSelector(
-        aggregator, s.ensemble, ledger, s.max_retries, fallback, rng, s.neighbour, noise_rng
-    )
+    noise = noise_rng if noise_rng is not None else np.random.default_rng()
+    tally = Tally()
     log.info(
-        "hot pate: %d records, %d teachers per label, sigma %.4g per release (%d releases planned)",
-        s.n_samples,
-        s.teachers,
-        sigma,
-        s.releases_planned(),
-    )
-    tally, threshold = _Tally(), None
-    for label, quota in zip(label_names, _per_label(s.n_samples, len(label_names)), strict=True):
-        if quota == 0 or tally.stop_reason:
+        "hot pate: %d records, %d teachers per label (M=%s, %d records per teacher), %s accounting",
+        s.n_samples, n, s.requested_m, s.records_per_teacher, s.accounting,
+    )  # fmt: skip
+    for name, quota in zip(label_names, s.quotas(len(label_names)), strict=True):
+        if quota == 0:
             continue
-        texts = [t for t, lab in zip(private_texts, private_labels, strict=True) if lab == label]
+        texts = [t for t, lab in zip(private_texts, private_labels, strict=True) if lab == name]
         prompts = build_teacher_prompts(
-            texts, s.teachers, label, s.seed, s.examples_per_teacher, s.task, s.max_example_chars
+            texts, n, name, s.seed, s.examples_shown(), s.task, s.max_example_chars
         )
         source = source_factory(prompts)
-        tally.vocab_size = source.vocab_size
-        threshold = _warn_unreachable(selector, s.teachers, source.vocab_size)
-        _generate_label(source, selector, label, quota, s, plm, tally)
-    report = _report(s, sigma, threshold, ledger, selector, tally)
+        step = s.make_step(n, source.vocab_size, quota)
+        selector = PrivateTokenSelector(
+            step, s.ensemble, None, s.max_retries, fallback, rng, s.neighbour, noise
+        )
+        # The public prompt alone, for the tokens after the label's ensemble went silent (public).
+        public = source_factory([prompts[-1]])
+        label = _Label(name, quota, source, selector, public)
+        _warn_unreachable(label, n)
+        _generate_label(label, s, plm, tally)
+        tally.labels.append(label.run)
+    report = run_report(s, n, tally)
     return pa.Table.from_pylist(tally.rows, schema=SCHEMA), report
 
 
-def _generate_label(
-    source: DistributionSource,
-    selector: PrivateTokenSelector,
-    label: str,
-    quota: int,
-    s: HotPateSettings,
-    plm: str,
-    tally: _Tally,
-) -> None:
-    for i in range(quota):
+def _warn_unreachable(label: _Label, n: int) -> None:
+    if label.selector.unreachable(n, label.source.vocab_size):
+        log.warning(
+            "hot pate: label %r: the threshold is out of reach of %d teachers at this noise: no private "
+            "call is made and every token comes from the public fallback (no privacy spent); use more "
+            "teachers (a larger M), a larger epsilon or fewer tokens",
+            label.name,
+            n,
+        )
+
+
+def _generate_label(label: _Label, s: HotPateSettings, plm: str, tally: Tally) -> None:
+    """``quota`` records of one label; an empty record is generated again (up to ``max_attempts``)."""
+    source, written, attempts = label.source, 0, 0
+    while written < label.quota and attempts < label.quota * s.max_attempts:
+        attempts += 1
         prefix = source.encode(s.response_prefix) if s.response_prefix else []
-        outcome = generate_record(source, selector, s.max_tokens, prefix, s.stop)
-        tally.private += outcome.private
-        tally.fallback += outcome.fallback
-        if outcome.end == "budget":
-            tally.partial_dropped += int(bool(outcome.tokens))
-            tally.stop_reason = "privacy budget exhausted"
+        outcome = generate_record(source, label.selector, s.max_tokens, prefix, s.stop, label.public_source)
+        if outcome.sources["budget"] and label.run.budget_spent_at is None:
+            label.run.budget_spent_at = written
             log.warning(
-                "hot pate: privacy budget exhausted after %d records; stopping early", len(tally.rows)
-            )
-            return
+                "hot pate: label %r: privacy budget spent during record %d/%d; the rest of the label's "
+                "tokens come from the public fallback",
+                label.name, written + 1, label.quota,
+            )  # fmt: skip
         text = outcome.text.strip()
         if not text:
             tally.empty += 1
+            tally.empty_decisions += sum(outcome.sources.values())
             continue
-        tally.rows.append(
-            {
-                "id": f"hotpate-{s.seed}-{len(tally.rows):06d}",
-                "text": text,
-                "label": label,
-                "attribute": None,
-                "plm": plm,
-                "round": 0,
-                "prompt_kind": "hotpate",
-            }
-        )
+        written += 1
+        tally.add_tokens(outcome.sources)
+        tally.add_record(
+            {"id": f"hotpate-{s.seed}-{len(tally.rows):06d}", "text": text, "label": label.name,
+             "attribute": None, "plm": plm, "round": 0, "prompt_kind": "hotpate"},
+            outcome.private, outcome.fallback,
+        )  # fmt: skip
         log.info(
-            "hot pate: label %r record %d/%d: %d tokens (%d private, %d fallback), %d releases",
-            label,
-            i + 1,
-            quota,
-            len(outcome.tokens),
-            outcome.private,
-            outcome.fallback,
+            "hot pate: label %r record %d/%d: %d tokens (%d private, %d fallback), %d private calls",
+            label.name, written, label.quota, len(outcome.tokens), outcome.private, outcome.fallback,
             outcome.releases,
-        )
+        )  # fmt: skip
 
 
-def _report(
-    s: HotPateSettings,
-    sigma: float,
-    threshold: float | None,
-    ledger: PrivacyLedger,
-    selector: PrivateTokenSelector,
-    tally: _Tally,
-) -> dict[str, Any]:
-    """The manifest entry: settings, noise, spend and what the budget bought (no private data)."""
-    summary = {k: v for k, v in ledger.report().items() if k not in ("sigmas", "rounds")}
-    tokens = tally.private + tally.fallback
-    return {
-        "mechanism": "hot_pate_gaussian",
-        "settings": asdict(s),
-        "sigma_per_release": sigma,
-        "sensitivity": selector.sensitivity,
-        "threshold": threshold,
-        "noise_margin": selector.aggregator.margin(tally.vocab_size) if tally.vocab_size else None,
-        "epsilon": s.epsilon,
-        "delta": s.delta,
-        "epsilon_spent": ledger.spent_epsilon(),
-        "releases": selector.releases,
-        "releases_planned": s.releases_planned(),
-        "tokens_private": tally.private,
-        "tokens_fallback": tally.fallback,
-        "private_token_share": tally.private / tokens if tokens else 0.0,
-        "records_requested": s.n_samples,
-        "records_written": len(tally.rows),
-        "records_empty": tally.empty,
-        "records_partial_dropped": tally.partial_dropped,
-        "stopped_early": tally.stop_reason is not None,
-        "stop_reason": tally.stop_reason,
-        "ledger": summary,
-    }
+def _source_factory(
+    engine: str, model: str, device: str | None, dtype: Any, temperature: float, top_logprobs: int
+) -> tuple[SourceFactory, str]:
+    """Teachers on transformers (exact distributions, KV caches reused) or on vLLM (top-K + no-token)."""
+    if engine == "vllm":
+        from wasp_vllm.hotpate.vllm_teachers import VLLMTeacherSource, load_vllm
+
+        llm = load_vllm(model)
+
+        def vllm_factory(prompts: list[str]) -> DistributionSource:
+            return VLLMTeacherSource(llm, prompts, top_k=top_logprobs, temperature=temperature)
+
+        return vllm_factory, llm.name
+    if engine != "hf":
+        raise ValueError(f"engine must be 'hf' or 'vllm', got {engine!r}")
+    lm = load_lm(model, device, dtype)
+
+    def hf_factory(prompts: list[str]) -> DistributionSource:
+        return TeacherEnsembleLM(lm, prompts, temperature=temperature)
+
+    return hf_factory, lm.name
 
 
 def run_hotpate(
@@ -371,6 +204,8 @@ def run_hotpate(
     model: str = "smollm2",
     device: str | None = None,
     dtype: Any = None,
+    engine: str = "hf",
+    top_logprobs: int = 20,
     fallback: Fallback = sample_public,
     source_factory: SourceFactory | None = None,
     noise_rng: np.random.Generator | None = None,
@@ -378,23 +213,20 @@ def run_hotpate(
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Hot PATE synthetic records with a PLM preset or model directory (entry point for the CLI).
 
-    ``settings`` are the fields of :class:`HotPateSettings` (``n_samples``, ``epsilon`` and
-    ``delta`` at least).  ``source_factory`` replaces the transformers model (tests use a stub).
-    Returns the records (columns ``id, text, label, attribute, plm, round, prompt_kind``) and the
-    privacy report for the run manifest.
+    ``settings`` are the fields of :class:`HotPateSettings` (``n_samples``, ``epsilon``, ``delta``
+    and ``requested_m`` or ``teachers`` at least).  ``engine``: ``hf`` (transformers) or ``vllm``
+    (``top_logprobs`` per teacher and token).  ``source_factory`` replaces the model (tests use a
+    stub).  Returns the records (columns ``id, text, label, attribute, plm, round, prompt_kind``)
+    and the privacy report for the run manifest.
     """
     if "stop" in settings:
         settings["stop"] = tuple(settings["stop"])
     run = HotPateSettings(**settings)
-    _check_inputs(private_texts, private_labels, label_names, run)
-    plm = model
+    check_inputs(private_texts, private_labels, label_names, run)
+    plm, used = model, "custom" if source_factory is not None else engine
     if source_factory is None:
-        lm = load_lm(model, device, dtype)
-        plm = lm.name
-
-        def source_factory(prompts: list[str]) -> DistributionSource:
-            return TeacherEnsembleLM(lm, prompts, temperature=run.temperature)
-
-    return generate_hotpate(
+        source_factory, plm = _source_factory(engine, model, device, dtype, run.temperature, top_logprobs)
+    table, report = generate_hotpate(
         private_texts, private_labels, label_names, source_factory, run, plm, fallback, noise_rng
     )
+    return table, {**report, "engine": used}

@@ -1,9 +1,19 @@
-"""One token at a time from the teachers' distributions: draw, release, retry, fall back.
+"""One token at a time from the teachers' distributions: draw, private step, retry, fall back.
 
 :class:`PrivateTokenSelector` turns the teachers' next-token distributions into one public token:
-a draw of the (coordinated) ensemble, one private aggregation (a Gaussian release recorded on the
-privacy ledger), retries with fresh shared randomness, and the public prompt's own token when the
-ensemble stays silent.  :func:`generate_record` repeats that until a record ends.
+a draw of the (coordinated) ensemble, one private step (:mod:`.steps`: a Gaussian release on the
+ledger, or a target-charged stable argmax), retries with fresh shared randomness, and the public
+prompt's own token when the ensemble gives nothing.  :func:`generate_record` repeats that until a
+record ends.  A token comes from the public fallback for one of three public reasons:
+
+* ``abstain``: every call of this token returned nothing (``⊥``, ``⊤`` or the "no token" bin);
+* ``no_release``: the threshold is out of reach of even unanimous votes, so no call is made;
+* ``budget``: the accountant allows no further call; the record (and the run) goes on with the
+  fallback alone, so the run still writes every record it was asked for.
+
+The token is always a function of the calls' outputs and public randomness (the coordination
+draws and the fallback sampler, from ``rng``); the noise of each call comes from ``noise_rng``,
+a stream of the run's secret key.
 """
 
 from __future__ import annotations
@@ -11,39 +21,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
-from scipy.stats import norm
 
-from wasp_vllm.hotpate.aggregators import VOTE_SENSITIVITY, Aggregator
+from wasp_vllm.hotpate.aggregators import Aggregator
 from wasp_vllm.hotpate.ensembles import ENSEMBLE_KINDS, EnsembleKind, PreparedEnsemble
+from wasp_vllm.hotpate.steps import GaussianStep, Neighbour, PrivateStep
 from wasp_vllm.hotpate.teachers import DistributionSource
-from wasp_vllm.privacy.accountant import GaussianRelease, PrivacyBudgetExceeded, PrivacyLedger
+from wasp_vllm.privacy.accountant import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
 Fallback = Callable[[np.ndarray, Sequence[int], np.random.Generator], int | None]
 #: Builds a distribution source from prompts (teachers first, the public prompt last).
 SourceFactory = Callable[[list[str]], DistributionSource]
-Neighbour = Literal["add_remove", "replace"]
-#: Below this chance of clearing the threshold, a release is not worth its privacy cost.
-UNREACHABLE_P = 1e-9
+#: Where a token came from: the ensemble, or the fallback for one of three public reasons.
+SOURCES = ("private", "abstain", "no_release", "budget")
 
 
 def sample_public(public_probs: np.ndarray, tokens_so_far: Sequence[int], rng: np.random.Generator) -> int:
     """The paper's Remark 1: when the teachers give nothing, sample the public prompt's distribution."""
     p = np.asarray(public_probs, dtype=np.float64)
     return int(rng.choice(p.size, p=p / p.sum()))
-
-
-def vote_sensitivity(neighbour: Neighbour) -> float:
-    """L2 sensitivity of one release: one record is in one teacher (two when replaced)."""
-    if neighbour == "add_remove":
-        return VOTE_SENSITIVITY
-    if neighbour == "replace":
-        return 2.0
-    raise ValueError(f"neighbour must be 'add_remove' or 'replace', got {neighbour!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -53,7 +52,7 @@ def vote_sensitivity(neighbour: Neighbour) -> float:
 
 @dataclass(frozen=True)
 class TokenDecision:
-    """The next public token and where it came from (``private``, ``fallback`` or ``budget``)."""
+    """The next public token, where it came from (one of :data:`SOURCES`) and the calls it made."""
 
     token: int | None
     source: str
@@ -61,11 +60,15 @@ class TokenDecision:
 
 
 class PrivateTokenSelector:
-    """Draw, release, retry, fall back: one public token from the teachers' distributions."""
+    """Draw, private step, retry, fall back: one public token from the teachers' distributions.
+
+    ``step`` is a :class:`~wasp_vllm.hotpate.steps.PrivateStep`, or an :class:`Aggregator`, which is
+    wrapped in a :class:`GaussianStep` charging ``ledger`` (if any) at the ``neighbour`` sensitivity.
+    """
 
     def __init__(
         self,
-        aggregator: Aggregator,
+        step: PrivateStep | Aggregator,
         ensemble: EnsembleKind = "coordinated",
         ledger: PrivacyLedger | None = None,
         max_retries: int = 2,
@@ -78,63 +81,71 @@ class PrivateTokenSelector:
             raise ValueError(f"ensemble must be one of {ENSEMBLE_KINDS}, got {ensemble!r}")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
-        if ledger is not None and aggregator.sigma <= 0:
-            raise ValueError("a privacy ledger needs sigma > 0 (sigma 0 releases the true histogram)")
-        self.aggregator = aggregator
+        self.step: PrivateStep = (
+            GaussianStep(step, ledger, neighbour) if isinstance(step, Aggregator) else step
+        )
         self.ensemble = ensemble
-        self.ledger = ledger
         self.max_retries = max_retries
         self.fallback = fallback
         # Shared coordination randomness and the fallback may be public; the noise may not.
         self.rng = rng if rng is not None else np.random.default_rng()
         self.noise_rng = noise_rng if noise_rng is not None else np.random.default_rng()
-        self.neighbour = neighbour
-        self.sensitivity = vote_sensitivity(neighbour)
-        self.releases = 0
+        #: Why no private call can happen any more ("budget" or "no_release"), once it is known.
+        self.silent: str | None = None
 
-    def _charge(self) -> bool:
-        """Record one release on the ledger before it happens; False when the budget is spent."""
-        if self.ledger is not None:
-            try:
-                release = GaussianRelease(
-                    self.releases, self.aggregator.sigma, self.sensitivity, self.neighbour
-                )
-                self.ledger.record(release)
-            except PrivacyBudgetExceeded:
-                return False
-        self.releases += 1
-        return True
+    @property
+    def releases(self) -> int:
+        """Private calls made so far."""
+        return self.step.calls
+
+    @property
+    def aggregator(self) -> Aggregator:
+        """The Gaussian step's aggregator (for a selector built from one)."""
+        if not isinstance(self.step, GaussianStep):
+            raise AttributeError("this selector's step is not a Gaussian release")
+        return self.step.aggregator
 
     def unreachable(self, n_teachers: int, vocab_size: int) -> bool:
-        """True when even ``n`` unanimous votes clear the threshold with probability < 1e-9.
+        """True when even unanimous votes would almost never yield: no call is made (public test)."""
+        return self.step.unreachable(n_teachers, vocab_size)
 
-        Then a release could only return "nothing": skip it (no privacy spent) and use the
-        fallback.  The decision uses public quantities only (threshold, n, sigma).
-        """
-        threshold = self.aggregator.resolve_threshold(n_teachers, vocab_size)
-        sigma = self.aggregator.sigma
-        if sigma == 0:
-            return threshold > n_teachers
-        return bool(norm.sf((threshold - n_teachers) / sigma) < UNREACHABLE_P)
+    def fall_back(
+        self, public_probs: np.ndarray, tokens_so_far: Sequence[int], reason: str, used: int,
+        no_token: int | None = None,
+    ) -> TokenDecision:  # fmt: skip
+        """The public prompt's own token (never the "no token" bin); no private data involved."""
+        if no_token is not None:
+            public_probs = np.array(public_probs, dtype=np.float64)
+            public_probs[no_token] = 0.0
+        return TokenDecision(self.fallback(public_probs, tokens_so_far, self.rng), reason, used)
 
     def select(
-        self, teacher_probs: np.ndarray, public_probs: np.ndarray, tokens_so_far: Sequence[int]
+        self,
+        teacher_probs: np.ndarray,
+        public_probs: np.ndarray,
+        tokens_so_far: Sequence[int],
+        no_token: int | None = None,
     ) -> TokenDecision:
-        """One token: up to ``1 + max_retries`` releases, then the fallback."""
-        used = 0
+        """One token: up to ``1 + max_retries`` private calls, then the fallback.
+
+        ``no_token`` is the id of a source's "no token" bin (the mass outside a top-K): the teachers
+        may vote for it, but it is never returned - a call that picks it counts as nothing.
+        """
         n, vocab = np.shape(teacher_probs)
-        if self.unreachable(n, vocab):
-            return TokenDecision(self.fallback(public_probs, tokens_so_far, self.rng), "fallback", 0)
-        prepared = PreparedEnsemble(teacher_probs, self.ensemble)
+        if self.step.unreachable(n, vocab):
+            self.silent = "no_release"
+            return self.fall_back(public_probs, tokens_so_far, "no_release", 0, no_token)
+        prepared, used = PreparedEnsemble(teacher_probs, self.ensemble), 0
         for _ in range(1 + self.max_retries):
-            if not self._charge():
-                return TokenDecision(None, "budget", used)
+            if not self.step.reserve():
+                self.silent = "budget"  # a refused call stays refused: the accountant only grows
+                return self.fall_back(public_probs, tokens_so_far, "budget", used, no_token)
             used += 1
-            hist = prepared.histogram(self.rng)
-            result = self.aggregator(hist, self.rng, self.noise_rng)
-            if result.token is not None:
-                return TokenDecision(result.token, "private", used)
-        return TokenDecision(self.fallback(public_probs, tokens_so_far, self.rng), "fallback", used)
+            outcome = self.step.release(prepared.histogram(self.rng), self.rng, self.noise_rng)
+            self.step.settle(outcome)
+            if outcome.token is not None and outcome.token != no_token:
+                return TokenDecision(outcome.token, "private", used)
+        return self.fall_back(public_probs, tokens_so_far, "abstain", used, no_token)
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,10 +159,18 @@ class RecordOutcome:
 
     tokens: list[int] = field(default_factory=list)
     text: str = ""
-    private: int = 0
-    fallback: int = 0
+    sources: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
     releases: int = 0
-    end: str = "max_tokens"  # "eos", "stop", "max_tokens" or "budget"
+    end: str = "max_tokens"  # "eos", "stop" or "max_tokens"
+
+    @property
+    def private(self) -> int:
+        return self.sources["private"]
+
+    @property
+    def fallback(self) -> int:
+        """Tokens from the public fallback, whatever the reason."""
+        return sum(v for k, v in self.sources.items() if k != "private")
 
 
 def _cut_at_stop(text: str, stop: Sequence[str]) -> str | None:
@@ -160,43 +179,50 @@ def _cut_at_stop(text: str, stop: Sequence[str]) -> str | None:
     return text[: min(hits)] if hits else None
 
 
+def _restart(source: DistributionSource, ids: Sequence[int]) -> DistributionSource:
+    source.reset()
+    for token in ids:
+        source.append(token)
+    return source
+
+
 def generate_record(
     source: DistributionSource,
     selector: PrivateTokenSelector,
     max_tokens: int,
     prefix_ids: Sequence[int] = (),
     stop: Sequence[str] = (),
+    public_source: DistributionSource | None = None,
 ) -> RecordOutcome:
     """Generate one record; the last row of ``source`` is the public prompt (fallback only).
 
     ``prefix_ids`` (public, e.g. an opening quote) are appended to every teacher first and cost
-    no privacy; generation ends at an end-of-sequence token, at a ``stop`` string in the
-    decoded text (cut there), at ``max_tokens`` or when the privacy budget is spent.
+    no privacy; generation ends at an end-of-sequence token, at a ``stop`` string in the decoded
+    text (cut there) or at ``max_tokens``.  A spent budget does not end it: the fallback goes on,
+    on ``public_source`` (the public prompt alone, much cheaper) once the selector is silent.
     """
-    source.reset()
-    for token in prefix_ids:
-        source.append(token)
+    active = _restart(source, prefix_ids)
+    no_token = getattr(source, "no_token_id", None)
     out = RecordOutcome()
     while len(out.tokens) < max_tokens:
-        probs = source.next_distributions()
-        decision = selector.select(probs[:-1], probs[-1], out.tokens)
-        out.releases += decision.releases
-        if decision.source == "budget":
-            out.end = "budget"
-            return out
-        if decision.source == "private":
-            out.private += 1
+        if selector.silent and public_source is not None and active is not public_source:
+            active = _restart(public_source, [*prefix_ids, *out.tokens])  # the same public tokens
+        probs = active.next_distributions()
+        if active is public_source and selector.silent:
+            decision = selector.fall_back(probs[-1], out.tokens, selector.silent, 0, no_token)
         else:
-            out.fallback += 1
+            decision = selector.select(probs[:-1], probs[-1], out.tokens, no_token)
+        out.releases += decision.releases
+        out.sources[decision.source] += 1
         if decision.token is None or decision.token in source.stop_token_ids:
             out.end = "eos"
             break
         out.tokens.append(decision.token)
-        cut = _cut_at_stop(source.decode(out.tokens), stop)
+        cut = _cut_at_stop(active.decode(out.tokens), stop)
         if cut is not None:
             out.text, out.end = cut, "stop"
             return out
         if len(out.tokens) < max_tokens:
-            source.append(decision.token)
+            active.append(decision.token)
     out.text = source.decode(out.tokens)
     return out

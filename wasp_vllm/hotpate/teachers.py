@@ -16,23 +16,9 @@ Several records are generated from the same teacher prompts, so :meth:`TeacherEn
 goes back to the state right after the prompts from a pristine copy of the prefill cache: the
 prompts are encoded once per ensemble, not once per record.
 
-vLLM path (not implemented here; documented so the trade-off is on record)
-----------------------------------------------------------------------------
-vLLM does not expose full next-token distributions, only the top-``k`` log-probabilities of a
-request (``SamplingParams(max_tokens=1, logprobs=k)``, ``k <= max_logprobs``, 20 by default).
-Each teacher would be one request per token; automatic prefix caching keeps the re-sent prefix
-cheap, so the cost per token is ``n`` tiny requests (scheduling and detokenisation overhead
-dominate at this size).  The mass outside a teacher's top-``k``, ``m_i = 1 - sum_topk p_ij``, is
-unknown token by token.  The sound treatment is an explicit "no token" bin: the teacher votes
-"no token" with probability ``m_i`` (for a coordinated ensemble: the missing mass gets one
-shared ``Exp(1)`` variable of its own, i.e. it races as a single pseudo-token), and the
-aggregator never returns that bin.  Privacy is unchanged (one teacher still moves one vote,
-sensitivity ``sqrt(2)``); the cost is utility: votes that fall in the tail are wasted, so a
-flat teacher distribution (high temperature) loses coverage and returns "nothing" (a retry,
-i.e. more privacy spent) more often.  Renormalising the top-``k`` instead would silently
-sharpen every teacher (as if the temperature were lower) and make teachers look more alike
-than they are; spreading the missing mass uniformly over the vocabulary would let a
-coordinated teacher vote for a token it never proposed.  Hence "no token".
+vLLM.  :mod:`wasp_vllm.hotpate.vllm_teachers` serves the same :class:`DistributionSource` from
+vLLM, which exposes only each request's top-``K`` log-probabilities: the mass outside them becomes
+an explicit "no token" bin that the selector never returns (the argument is in that module).
 """
 
 from __future__ import annotations
@@ -124,10 +110,10 @@ def _resolve(model: str | Path) -> tuple[Path, str, bool | None]:
     return resolved.path, resolved.name, resolved.chat
 
 
-def _stop_ids(tokenizer: Any, model: Any) -> frozenset[int]:
+def stop_ids(tokenizer: Any, generation_eos: Any = None) -> frozenset[int]:
     """End-of-sequence ids: the tokenizer's, the generation config's and chat end-of-turn markers."""
     ids: set[int] = set()
-    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+    for value in (tokenizer.eos_token_id, generation_eos):
         if isinstance(value, int):
             ids.add(value)
         elif isinstance(value, (list, tuple)):
@@ -135,6 +121,23 @@ def _stop_ids(tokenizer: Any, model: Any) -> frozenset[int]:
     vocab = tokenizer.get_vocab()
     ids.update(vocab[t] for t in ("<|im_end|>", "<end_of_turn>", "<|endoftext|>", "<|eot_id|>") if t in vocab)
     return frozenset(ids)
+
+
+def format_prompts(tokenizer: Any, prompts: Sequence[str], chat: bool) -> list[str]:
+    """Each prompt as a user turn of the chat template (chat models), else as is."""
+    if not chat:
+        return list(prompts)
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+        )
+        for p in prompts
+    ]
+
+
+def encode_prompts(tokenizer: Any, texts: Sequence[str], chat: bool) -> list[list[int]]:
+    """Token ids of formatted prompts: a chat template writes its special tokens, a plain prompt gets BOS."""
+    return [list(tokenizer(t, add_special_tokens=not chat).input_ids) for t in texts]
 
 
 class TeacherEnsembleLM:
@@ -164,7 +167,8 @@ class TeacherEnsembleLM:
         self.chat = self.lm.chat if chat is None else bool(chat and self.lm.chat)
         self.temperature = float(temperature)
         self.n_rows = len(teacher_prompts)
-        self.stop_token_ids = _stop_ids(self.lm.tokenizer, self.lm.model)
+        generation_eos = getattr(self.lm.model.generation_config, "eos_token_id", None)
+        self.stop_token_ids = stop_ids(self.lm.tokenizer, generation_eos)
         self.generated: list[int] = []
         self._prefill(self._format(teacher_prompts))
 
@@ -172,15 +176,7 @@ class TeacherEnsembleLM:
 
     def _format(self, prompts: Sequence[str]) -> list[str]:
         """Wrap each prompt as a user turn when the model is a chat model."""
-        if not self.chat:
-            return list(prompts)
-        tok = self.lm.tokenizer
-        return [
-            tok.apply_chat_template(
-                [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-            )
-            for p in prompts
-        ]
+        return format_prompts(self.lm.tokenizer, prompts, self.chat)
 
     def _prefill(self, texts: list[str]) -> None:
         """Encode every prompt once; keep a pristine copy of the cache for :meth:`reset`."""

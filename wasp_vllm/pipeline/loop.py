@@ -60,6 +60,7 @@ class Run:
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}
         self.engines: dict[str, Engine] = {}
+        self.engine_stats: dict[str, dict[str, Any]] = {}  # served PLMs, captured at close
         self.voting: VotingMechanism | None = None
         self.secret: RunSecret | None = None
         self.tables: list[pa.Table] = []
@@ -127,8 +128,12 @@ class Run:
         votes = self.voting.release(t, emb.reshape(synth.num_rows, -1), labels)
         # The time of private work scales with the private data: it stays in the operator's state.
         self.timings["private:voting"] = self.timings.get("private:voting", 0.0) + time.perf_counter() - start
-        log.info("round %d voted: epsilon spent %.4g of %g (exact accountant)", t,
-                 self.voting.ledger.spent_epsilon(), self.cfg.epsilon)  # fmt: skip
+        log.debug(
+            "round %d voted: epsilon spent %.4g of %g",
+            t,
+            self.voting.ledger.spent_epsilon(),
+            self.cfg.epsilon,
+        )
         return votes
 
     def _post_process(self, votes: NoisyVotes, synth: pa.Table, state: RunState) -> None:
@@ -164,7 +169,11 @@ class Run:
         state.timings = dict(self.timings)
         self._timed("io", self.store.save_state, state)
         self.tables.append(new)
-        log.info("round %d: %d samples, weights %s", t, new.num_rows, np.round(state.weights, 3).tolist())
+        spent = state.ledger.spent_epsilon()
+        log.info(
+            "round %d: %d samples; weights %s; epsilon spent %.3g of %g",
+            t, new.num_rows, np.round(state.weights, 3).tolist(), spent, self.cfg.epsilon,
+        )  # fmt: skip
 
     # -- starting, resuming, finishing -------------------------------------------------------
 
@@ -280,6 +289,9 @@ class Run:
 
     def close(self) -> None:
         for name, engine in self.engines.items():
+            stats = getattr(engine, "stats", None)
+            if callable(stats):  # served PLMs: requests per replica
+                self.engine_stats[name] = stats()
             try:
                 self._timed(f"shutdown:{name}", engine.close)
             except Exception:  # noqa: BLE001 - closing must not hide the real error
@@ -300,6 +312,6 @@ class Run:
             final = self._with_weights(final)
         out = self.store.out / "synthetic.parquet"
         self._timed("io", write_parquet, out, final)
-        manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out))
+        manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out), self.engine_stats)
         write_json(self.store.out / "manifest.json", manifest)
         return manifest

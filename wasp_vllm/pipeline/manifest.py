@@ -62,9 +62,17 @@ def _privacy(ctx: RunContext, state: RunState) -> dict[str, Any]:
 
 
 def build_manifest(
-    ctx: RunContext, state: RunState, timings: dict[str, float], final: pa.Table, output_sha: str
+    ctx: RunContext,
+    state: RunState,
+    timings: dict[str, float],
+    final: pa.Table,
+    output_sha: str,
+    engine_stats: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The published record of a run (see the module docstring for what may not go in)."""
+    """The published record of a run (see the module docstring for what may not go in).
+
+    ``engine_stats`` are the served PLMs' request counters per replica (this session's only, on
+    resume): functions of the public prompts and of the servers' health, not of the records."""
     tokens: dict[str, int] = defaultdict(int)
     for record in state.rounds:
         for plm, n in record.tokens.items():
@@ -88,4 +96,5 @@ def build_manifest(
         "tokens_per_s": throughput,
         "output": {"file": "synthetic.parquet", "rows": final.num_rows, "sha256": output_sha},
         "versions": package_versions(),
+        **({"engines": engine_stats} if engine_stats else {}),
     }

@@ -195,7 +195,7 @@ def federated_noisy_votes(
             private_emb[own], private_labels[own], synth_emb, synth_labels, q, std, rng
         )
         members.append(Party(pid, local, codec, key_agreement=scheme))
-    logger.info(
+    logger.debug(
         "federated voting: %d parties, %d synthetic samples, scheme %s", n_parties, n_synth, scheme.name
     )
     total = secure_sum(members, server)

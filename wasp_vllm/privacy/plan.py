@@ -104,7 +104,7 @@ def plan_privacy(
     compositions = rounds - 1 + extra_votes
     prior = _prior(epsilon, delta, neighbour, records_per_unit, prior_share, accountant)
     if compositions == 0 and prior is None:
-        logger.info("rounds == 1: no voting round, no noise needed, no privacy spent")
+        logger.debug("rounds == 1: no voting round, no noise needed, no privacy spent")
         return PrivacyPlan(*fixed, 0, None, 0.0, 0.0)
     votes_epsilon = epsilon if prior is None else prior[2]
     sigma = (
@@ -128,7 +128,7 @@ def plan_privacy(
             "only); use --accountant exact"
         )
     eps_paper = ACCOUNTANTS[AccountantMode.PAPER].epsilon(releases, delta)
-    logger.info(
+    logger.debug(
         "privacy plan: mode=%s sigma=%s compositions=%d exact eps=%.6g paper eps=%.6g",
         accountant.mode.value, sigma and f"{sigma:.6g}", compositions, eps_exact, eps_paper,
     )  # fmt: skip

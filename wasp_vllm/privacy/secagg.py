@@ -241,7 +241,7 @@ class AggregationServer:
                 f"only {len(self._public_keys)} parties registered, at least {self.min_parties} needed"
             )
         self._roster = MappingProxyType(dict(sorted(self._public_keys.items())))
-        logger.info("secure aggregation: roster settled with %d parties", len(self._roster))
+        logger.debug("secure aggregation: roster settled with %d parties", len(self._roster))
         return self._roster
 
     @property

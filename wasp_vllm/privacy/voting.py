@@ -109,5 +109,5 @@ def noisy_votes(
     """The Gaussian mechanism of one voting round: clean histograms plus ``N(0, sigma^2)`` noise."""
     h_near, h_far = clean_histograms(private_emb, private_labels, synth_emb, synth_labels, q)
     votes = add_noise(h_near, h_far, sigma, rng, q=q)
-    logger.info("voting: %d synthetic samples noised with sigma=%.6g (q=%d)", h_near.shape[0], sigma, q)
+    logger.debug("voting: %d synthetic samples noised with sigma=%.6g (q=%d)", h_near.shape[0], sigma, q)
     return votes

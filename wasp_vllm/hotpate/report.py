@@ -1,0 +1,180 @@
+"""The published report of a Hot PATE run: the guarantee, what plain composition would have charged,
+and where every token came from.
+
+Everything here is a setting, a public constant or a function of the private calls' outputs (how
+many calls each label made, which were charged, which tokens came from the ensemble): no record
+count, no per-label fact about the private records, no hash of them.
+
+The run's guarantee combines the labels' accountants as :func:`~wasp_vllm.hotpate.steps.label_budget`
+says: under add/remove the largest label's epsilon (parallel composition); under replace the
+Gaussian ledgers are calibrated at sensitivity 2, so again the largest label's epsilon, while
+target charging adds the two largest labels' (eps, delta) (basic composition).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from wasp_vllm.hotpate.accounting import THEOREM, plain_composition_epsilon
+from wasp_vllm.hotpate.selector import SOURCES
+from wasp_vllm.hotpate.settings import HotPateSettings
+from wasp_vllm.hotpate.steps import ChargedStep, GaussianStep, LabelBudget, PrivateStep
+from wasp_vllm.privacy.gaussian import epsilon_for_sigma
+
+
+@dataclass
+class LabelRun:
+    """One label's ensemble: its quota, its private step (and accountant), when its budget ran out."""
+
+    label: str
+    quota: int
+    step: PrivateStep
+    budget_spent_at: int | None = None  # records of the label written before it ran out
+
+
+@dataclass
+class Tally:
+    """Counters of the run (public: functions of the calls' outputs).
+
+    A record's tokens are its token decisions, the final end-of-sequence decision included; the
+    decisions of records that came out empty (and were generated again) are counted apart.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    per_record: list[list[int]] = field(default_factory=list)
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
+    empty: int = 0
+    empty_decisions: int = 0
+    labels: list[LabelRun] = field(default_factory=list)
+
+    def add_tokens(self, sources: dict[str, int]) -> None:
+        for key, value in sources.items():
+            self.tokens[key] += value
+
+    def add_record(self, row: dict[str, Any], private: int, fallback: int) -> None:
+        self.rows.append(row)
+        self.per_record.append([private, fallback])
+
+
+def _label_epsilon(step: PrivateStep) -> tuple[float, str]:
+    """The epsilon one label's accountant guarantees (its cap's bound), and how."""
+    if isinstance(step, GaussianStep) and step.ledger is not None:
+        cap, ledger, sigma = step.cap() or 0, step.ledger, step.aggregator.sigma
+        eps = epsilon_for_sigma(sigma, ledger.delta, step.sensitivity, cap) if cap else 0.0
+        how = (
+            f"at most {cap} Gaussian releases of the vote histogram (sigma {sigma:.4g}, L2 sensitivity "
+            f"{step.sensitivity:.4g}), composed exactly (Gaussian DP, analytic Gaussian mechanism)"
+        )
+        return eps, how
+    if isinstance(step, ChargedStep) and step.accountant is not None:
+        acc = step.accountant
+        how = f"{THEOREM}; cap {acc.max_hits} charged calls of at most {acc.max_calls} calls"
+        return acc.epsilon_guaranteed(), how
+    raise ValueError("a step without an accountant has no guarantee")
+
+
+def _combine(values: list[float], s: HotPateSettings) -> float:
+    """Labels to the run: the largest, or the two largest added (target charging under replace)."""
+    if not values:
+        return 0.0
+    if s.neighbour == "replace" and s.accounting == "target-charging":
+        top = sorted(values, reverse=True)[:2]
+        return float(sum(top))
+    return float(max(values))
+
+
+def guarantee(s: HotPateSettings, budget: LabelBudget, labels: list[LabelRun]) -> dict[str, Any]:
+    """The run's ``(epsilon, delta)`` and the statement behind it."""
+    per_label = [_label_epsilon(lr.step) for lr in labels]
+    eps = _combine([e for e, _ in per_label], s)
+    delta = (
+        2 * budget.delta if (s.neighbour == "replace" and s.accounting == "target-charging") else budget.delta
+    )
+    how = per_label[0][1] if per_label else "no private call"
+    neighbours = "replace (an --m draw: one record more or less in the file swaps at most one)"
+    relation = neighbours if s.neighbour == "replace" else "add/remove one record"
+    return {
+        "epsilon": eps,
+        "delta": min(delta, s.delta),
+        "neighbour": s.neighbour,
+        "statement": (
+            f"({eps:.4g}, {min(delta, s.delta):.3g})-DP with respect to the private file ({relation}). "
+            f"Each label's ensemble: {how}, within ({budget.epsilon:.4g}, {budget.delta:.3g}). "
+            f"Over labels: {budget.composition}."
+        ),
+        "per_label_budget": {"epsilon": budget.epsilon, "delta": budget.delta},
+        "per_label_epsilon": {lr.label: e for lr, (e, _) in zip(labels, per_label, strict=True)},
+    }
+
+
+def plain_composition(s: HotPateSettings, budget: LabelBudget, labels: list[LabelRun]) -> dict[str, Any]:
+    """What composing every query of this very run would have charged (the pay-per-query bound)."""
+    per_label = {}
+    for lr in labels:
+        step = lr.step
+        if isinstance(step, GaussianStep) and step.ledger is not None:
+            per_label[lr.label] = step.ledger.spent_epsilon()
+        elif isinstance(step, ChargedStep):
+            m = step.mechanism
+            per_label[lr.label] = plain_composition_epsilon(
+                step.calls, m.eps_step, budget.delta, m.delta_per_call
+            )
+    queries = sum(lr.step.calls for lr in labels)
+    return {
+        "queries": queries,
+        "queries_per_label": {lr.label: lr.step.calls for lr in labels},
+        "epsilon": _combine(list(per_label.values()), s),
+        "epsilon_per_label": per_label,
+        "how": "every query composed: Gaussian DP for the Gaussian releases; for target charging, "
+        "advanced composition of the same number of eps_step-DP calls (accounting.composition_epsilon)",
+    }
+
+
+def run_report(s: HotPateSettings, n_teachers: int, tally: Tally) -> dict[str, Any]:
+    """The manifest entry: settings, guarantee, the plain-composition comparison and the token split."""
+    budget = s.budget()
+    tokens = sum(tally.tokens.values())
+    private = tally.tokens["private"]
+    labels = {
+        lr.label: {**lr.step.report(), "records": lr.quota, "budget_spent_at_record": lr.budget_spent_at}
+        for lr in tally.labels
+    }
+    g = guarantee(s, budget, tally.labels)
+    return {
+        "mechanism": "hot_pate",
+        "accounting": s.accounting,
+        "guarantee": g,
+        "epsilon": s.epsilon,
+        "delta": s.delta,
+        "epsilon_guaranteed": g["epsilon"],
+        "plain_composition": plain_composition(s, budget, tally.labels),
+        "teachers_per_label": n_teachers,
+        "settings": s.public(),
+        "labels": labels,
+        "tokens_private": private,
+        "tokens_fallback": tokens - private,
+        "tokens_fallback_by_reason": {k: v for k, v in tally.tokens.items() if k != "private"},
+        "private_token_share": private / tokens if tokens else 0.0,
+        "tokens_per_record": tally.per_record,
+        "records_requested": s.n_samples,
+        "records_written": len(tally.rows),
+        "records_empty_regenerated": tally.empty,
+        "token_decisions_in_empty_records": tally.empty_decisions,
+        "budget_exhausted": any(lr.budget_spent_at is not None for lr in tally.labels),
+    }
+
+
+def manifest_entry(report: dict[str, Any], accounting: str, requested_m: int | None) -> dict[str, Any]:
+    """The run's ``manifest.json``: method, accounting, the privacy report and the public M."""
+    return {"method": "hotpate", "accounting": accounting, "privacy": report,
+            "private_data": {"requested_m": requested_m}}  # fmt: skip
+
+
+def summary_line(report: dict[str, Any], rows: int, out: str, accounting: str, delta: float) -> str:
+    """What the CLI prints at its default level (public)."""
+    share, g = report.get("private_token_share", 0.0), report.get("guarantee", {})
+    return (
+        f"wrote {rows} records to {out}; {share:.0%} of their tokens from the private ensemble; "
+        f"({g.get('epsilon', 0.0):.4g}, {g.get('delta', delta):.3g})-DP ({accounting})"
+    )
