@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import json
 import logging
 import math
 import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +95,10 @@ AUTO_ENGINE = "vllm"
 # ~110 min.  The main rows run on every seed; the federated, ablation, accountant and Q rows on
 # the first ``--side-seeds`` seed(s) only, after all main rows; ``--max-minutes`` (85) skips
 # whatever still does not fit and the Markdown lists it.
-# Side groups run in this order after the main rows: federated first (issue 5 asks for those
-# rows), then the ablations, the accountant and the Q grid.
-SIDE_GROUPS = ("federated", "ablation", "accountant", "q", "levers", "n-curve")
+# Side groups run in this order after the main rows, each group over all its seeds before the
+# next: the paper's ablations first (they must share the main rows' seeds), federated, the
+# N-curve (one seed), then the levers, the accountant and the Q grid.
+SIDE_GROUPS = ("ablation", "federated", "n-curve", "levers", "accountant", "q")
 #: Issue 15's levers, each flipped against WASP's defaults (the "WASP" row).
 # The baselines run as published: an even split of the labels (our label prior is WASP's lever).
 AS_PUBLISHED = {"label_prior": "uniform"}
@@ -297,6 +300,23 @@ def manifest_rejects(manifest: dict[str, Any]) -> dict[str, int]:
             for reason, count in reasons.items():
                 total[reason] = total.get(reason, 0) + count
     return dict(sorted(total.items()))
+
+
+def reuse_or_run(
+    method: Method, seed: int, args: argparse.Namespace, pool: EnginePool, embedder: Any
+) -> dict:
+    """A finished run's record is kept under ``--work``: a restarted benchmark reuses it."""
+    what = {"method": asdict(method), "seed": seed, "dataset": args.dataset, "split": args.split,
+            "quick": args.quick, "engine": args.engine}  # fmt: skip
+    key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = Path(args.work) / "records" / f"{method.key.replace(':', '_')}-seed{seed}-{key}.json"
+    if path.exists():
+        log.info("   reusing %s", path)
+        return json.loads(path.read_text())
+    record = run_one(method, seed, args, pool, embedder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return record
 
 
 def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePool, embedder: Any) -> dict:
@@ -738,10 +758,10 @@ def main(argv: list[str] | None = None) -> int:
         primary = [(s, m) for s in range(args.seeds) for m in ordered if m.group not in SIDE_GROUPS]
         side = [
             (s, m)
-            for s in range(min(args.side_seeds, args.seeds))
             for group in SIDE_GROUPS
+            for s in range(1 if group == "n-curve" else min(args.side_seeds, args.seeds))
             for m in methods
-            if m.group == group and (group != "n-curve" or s == 0)  # the N-curve: one seed
+            if m.group == group
         ]
         for seed, method in primary + side:
             elapsed = (time.perf_counter() - start) / 60
@@ -750,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             log.info("== %s seed %d (%.1f min in)", method.key, seed, elapsed)
             try:
-                record = run_one(method, seed, args, pool, embedder)
+                record = reuse_or_run(method, seed, args, pool, embedder)
             except Exception as exc:  # noqa: BLE001 - one failed run must not lose the others
                 log.exception("%s seed %d failed", method.key, seed)
                 record = {

@@ -82,7 +82,8 @@ def _check_run(out: Path, manifest: dict, plms: set[str], n: int) -> None:
     assert set(table.column("plm").to_pylist()) <= plms
     assert "contrastive" in set(table.column("prompt_kind").to_pylist())
     assert set(manifest["tokens_per_s"]) == plms and min(manifest["tokens_per_s"].values()) > 0
-    assert manifest["privacy"]["ledger"]["compositions"] == 2
+    prior = manifest["config"]["label_prior"] == "private"  # the default, except with parties
+    assert manifest["privacy"]["ledger"]["compositions"] == 2 + prior  # two votes (and the prior)
 
 
 def test_pipeline_on_vllm_two_packaged_plms(tmp_path):

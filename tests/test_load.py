@@ -59,7 +59,7 @@ def test_hundred_thousand_samples_in_bounded_memory(tmp_path):
     assert len(set(texts)) == N  # no copies, no padding
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["private_data"]["requested_m"] is None  # every one of the M records votes
-    assert manifest["privacy"]["ledger"]["compositions"] == T - 1
+    assert manifest["privacy"]["ledger"]["compositions"] == T  # T - 1 votes and the label prior
     assert sum(sum(r["shortfall"].values()) for r in manifest["rounds"]) == 0
     # Bounded: about 2.2 KiB per sample over a ~160 MiB base here; 1 GiB leaves room for other
     # allocators and platforms but catches anything quadratic (e.g. an N x M distance matrix).
