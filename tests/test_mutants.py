@@ -237,8 +237,8 @@ MUTANTS = {
         "wasp_vllm/evaluation/runner.py",
         (
             (
-                "        result[OPERATOR_ONLY] = _operator_figures(",
-                '        result["fid_report"] = _operator_figures(',
+                "        figures[OPERATOR_ONLY] = _operator_figures(",
+                '        figures["fid_report"] = _operator_figures(',
             ),
         ),
         ("tests/test_evaluate.py::test_evaluate_synthetic_end_to_end",),

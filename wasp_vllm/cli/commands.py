@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -54,31 +54,26 @@ def evaluate(
     """Train a task model on the synthetic set and score it on real test data (accuracy, macro-F1, FID)."""
     setup_logging(False)
     with friendly_errors():
-        from wasp_vllm.evaluation import EvaluationError, evaluate_synthetic
+        from wasp_vllm.evaluation import evaluate_synthetic
 
-        try:
-            report = evaluate_synthetic(
-                str(synthetic),
-                test,
-                task,
-                private_source=private,
-                model=model,
-                embedder_spec=embedder,
-                seed=seed,
-                text_col=text_col,
-                label_col=label_col,
-                private_limit=private_limit,
-                private_seed=seed,
-                bert_path=bert_path,
-                reference=reference,
-                use_weights=weights,
-            )
-        except EvaluationError as exc:
-            raise ValueError(str(exc)) from None
-        text = json.dumps(report, indent=2, default=str)
-        if out is not None:
-            out.write_text(text + "\n")
-        typer.echo(text)
+        # An EvaluationError is a ValueError: friendly_errors turns it into one line and exit 2.
+        report = evaluate_synthetic(
+            str(synthetic),
+            test,
+            task,
+            private_source=private,
+            model=model,
+            embedder_spec=embedder,
+            seed=seed,
+            text_col=text_col,
+            label_col=label_col,
+            private_limit=private_limit,
+            private_seed=seed,
+            bert_path=bert_path,
+            reference=reference,
+            use_weights=weights,
+        )
+        _echo_json(report, out)
 
 
 @app.command()
@@ -119,12 +114,11 @@ def hotpate(
     setup_logging(False)
     with friendly_errors():
         from wasp_vllm.data import load_private
-        from wasp_vllm.devices import gpu_available
         from wasp_vllm.hotpate.generate import run_hotpate
         from wasp_vllm.hotpate.prompts import subject_for
-        from wasp_vllm.hotpate.report import manifest_entry, summary_line
+        from wasp_vllm.hotpate.report import publish
         from wasp_vllm.privacy.sampling import voting_neighbour
-        from wasp_vllm.store import RunStore, write_json, write_parquet
+        from wasp_vllm.store import RunStore
         from wasp_vllm.tasks import get_task
 
         spec = get_task(task)
@@ -132,7 +126,6 @@ def hotpate(
         store = RunStore(out)
         store.prepare(resume=False, overwrite=overwrite)
         secret = store.secret(None, create=True)  # the noise comes from a secret key, never --seed
-        engine = ("vllm" if gpu_available() else "hf") if engine == "auto" else engine
         # The --m draw swaps at most one record, which may touch two teachers: replace neighbours.
         table, report = run_hotpate(
             data.texts, [spec.labels[i] for i in data.labels], spec.labels, model=model, engine=engine,
@@ -142,10 +135,7 @@ def hotpate(
             delta=delta, seed=seed, neighbour=voting_neighbour("add_remove", selected=True).value,
             noise_rng=secret.generator("hotpate"),
         )  # fmt: skip
-        write_parquet(out / "synthetic.parquet", table)
-        # Published: settings and functions of the calls' outputs only (no count or hash of the records).
-        write_json(out / "manifest.json", manifest_entry(report, accounting, private_limit))
-        console.print(summary_line(report, table.num_rows, str(out), accounting, delta), markup=False)
+        console.print(publish(out, table, report, accounting, private_limit, delta), markup=False)
 
 
 @app.command()
@@ -372,3 +362,11 @@ def fleet_down(
     for s in stopped:
         console.print(f"stopped {s.label} (process group {s.pid})", highlight=False)
     console.print(f"fleet in {directory} stopped" if stopped else f"no fleet recorded in {directory}")
+
+
+def _echo_json(report: dict[str, Any], out: Path | None) -> None:
+    """Print a report as JSON, and write it to ``out`` too when given."""
+    text = json.dumps(report, indent=2, default=str)
+    if out is not None:
+        out.write_text(text + "\n")
+    typer.echo(text)

@@ -322,13 +322,8 @@ def train_and_score(
     Raises ``EvaluationError`` for an empty set, mismatched lengths, unknown labels, an
     unknown model, or (bert) no local encoder.
     """
-    if model not in TASK_MODELS:
-        raise EvaluationError(f"unknown task model {model!r}; choose one of {', '.join(TASK_MODELS)}")
     label_names = list(label_names)
-    train_y = to_label_indices(train_labels, label_names, what="train labels")
-    test_y = to_label_indices(test_labels, label_names, what="test labels")
-    _check_inputs(train_texts, train_y, "training")
-    _check_inputs(test_texts, test_y, "test")
+    train_y, test_y = _checked_labels(model, train_texts, train_labels, test_texts, test_labels, label_names)
     train_counts = _counts(train_y, label_names)
     missing = [name for name, c in train_counts.items() if c == 0]
     notes = _coverage_notes(missing, label_names)
@@ -342,9 +337,7 @@ def train_and_score(
         pred = np.full(len(test_texts), present[0], dtype=np.int64)
     else:
         if model == "logreg" and embedder is None and (train_embeddings is None or test_embeddings is None):
-            from wasp_vllm.embed import Embedder
-
-            embedder = Embedder("auto")
+            embedder = _default_embedder()
         pred = _predict(
             model, train_texts, train_y, test_texts, len(label_names), embedder, seed,
             train_embeddings, test_embeddings, bert_path, bert_settings, train_weights,
@@ -364,6 +357,30 @@ def train_and_score(
         seed=seed,
         notes=notes,
     )
+
+
+def _checked_labels(
+    model: str,
+    train_texts: Sequence[str],
+    train_labels: np.ndarray | Sequence[int] | Sequence[str],
+    test_texts: Sequence[str],
+    test_labels: np.ndarray | Sequence[int] | Sequence[str],
+    label_names: list[str],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Label indices of both sets, after checking the model name and that texts and labels match."""
+    if model not in TASK_MODELS:
+        raise EvaluationError(f"unknown task model {model!r}; choose one of {', '.join(TASK_MODELS)}")
+    train_y = to_label_indices(train_labels, label_names, what="train labels")
+    test_y = to_label_indices(test_labels, label_names, what="test labels")
+    _check_inputs(train_texts, train_y, "training")
+    _check_inputs(test_texts, test_y, "test")
+    return train_y, test_y
+
+
+def _default_embedder() -> TextEncoder:
+    from wasp_vllm.embed import Embedder
+
+    return Embedder("auto")
 
 
 def _coverage_notes(missing: list[str], label_names: list[str]) -> list[str]:

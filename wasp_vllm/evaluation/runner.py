@@ -191,19 +191,15 @@ def evaluate_synthetic(
 ) -> dict[str, Any]:
     """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
 
-    ``reference`` (a labelled set, never the test split; for 'drugs' its train split) adds the
-    label agreement: the share of synthetic samples whose label a classifier trained on the
-    reference set gives too.  ``use_weights``: train on the file's ``weight`` column if it has one.
-
-    ``text_col``/``label_col`` name the columns of the test and private files (the synthetic
-    file has fixed columns).  ``private_limit``/``private_seed`` take the same stratified subset
-    of the private file that the generation run used (``load_private(limit=..., seed=...)``).
-    FID is reported only when ``private_source`` is given.  ``embedder`` overrides
-    ``embedder_spec`` with a ready encoder (it must have ``encode``, ``dim`` and ``name``).
-    ``fid_method`` is passed to ``metrics.fid`` ("eigh" is faster for 768-d embedders).
+    ``reference`` (a labelled set, never the test split) adds the label agreement: the share of
+    synthetic samples whose label a classifier trained on it gives too.  ``use_weights``: train
+    on the file's ``weight`` column if it has one.  ``text_col``/``label_col`` name the columns
+    of the test and private files; ``private_limit``/``private_seed`` take the subset of the
+    private file that the generation run used.  FID (the operator's figure) only with
+    ``private_source``.  ``embedder`` overrides ``embedder_spec`` with a ready encoder.
     Returns a JSON-serialisable dict.
     """
-    from wasp_vllm.data import load_private, load_test
+    from wasp_vllm.data import load_test
     from wasp_vllm.tasks import get_task
 
     task = get_task(task_name)
@@ -214,21 +210,35 @@ def evaluate_synthetic(
     need_embedder = model == "logreg" or private_source is not None
     enc = embedder if embedder is not None or not need_embedder else _make_embedder(embedder_spec)
     synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
-    report = train_and_score(
-        synth.texts,
-        synth.labels,
-        test.texts,
-        test.labels,
-        task.labels,
-        model=model,
-        embedder=enc,
-        seed=seed,
-        bert_path=bert_path,
-        bert_settings=bert_settings,
-        train_embeddings=synth_emb if model == "logreg" else None,
-        train_weights=synth.weights if use_weights else None,
+    weights = synth.weights if use_weights else None
+    report = _train_on_synthetic(
+        synth, synth_emb, weights, test, task.labels, model, enc, seed, bert_path, bert_settings
     )
-    result: dict[str, Any] = {
+    result = _summary(synthetic_path, task, model, enc, reused, seed, fid_method, synth, report)
+    if enc is not None and synth_emb is not None:
+        columns = (text_col, label_col)
+        private = (private_source, private_limit, private_seed)
+        result |= _against_real_records(
+            synth, synth_emb, enc, task, columns, private, reference, seed, fid_method
+        )
+    result["trained_on_weights"] = bool(use_weights and synth.weights is not None)
+    log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
+    return result
+
+
+def _summary(
+    synthetic_path: str,
+    task: Any,
+    model: str,
+    enc: TextEncoder | None,
+    reused: bool,
+    seed: int,
+    fid_method: str,
+    synth: SyntheticSet,
+    report: Any,
+) -> dict[str, Any]:
+    """The report's head: what was scored, with what, and the task model's scores."""
+    return {
         "kind": "synthetic",
         "synthetic_path": str(Path(synthetic_path)),
         "task": task.name,
@@ -242,24 +252,63 @@ def evaluate_synthetic(
         "classifier": report.to_dict(),
         "fid_method": fid_method,
     }
-    if private_source is not None and enc is not None and synth_emb is not None:
-        private = load_private(
-            private_source,
-            task,
-            text_col=text_col,
-            label_col=label_col,
-            limit=private_limit,
-            seed=private_seed,
-        )
-        result[OPERATOR_ONLY] = _operator_figures(synth, synth_emb, enc.encode(private.texts), fid_method)
-    if reference is not None and enc is not None and synth_emb is not None:
-        ref = load_private(reference, task, text_col=text_col, label_col=label_col)
-        result["label_agreement"] = label_agreement(
+
+
+def _train_on_synthetic(
+    synth: SyntheticSet,
+    synth_emb: np.ndarray | None,
+    weights: np.ndarray | None,
+    test: Any,
+    label_names: list[str],
+    model: str,
+    enc: TextEncoder | None,
+    seed: int,
+    bert_path: str | None,
+    bert_settings: BertSettings | None,
+) -> Any:
+    """The task model trained on the synthetic set (its stored embeddings reused), scored on test."""
+    return train_and_score(
+        synth.texts,
+        synth.labels,
+        test.texts,
+        test.labels,
+        label_names,
+        model=model,
+        embedder=enc,
+        seed=seed,
+        bert_path=bert_path,
+        bert_settings=bert_settings,
+        train_embeddings=synth_emb if model == "logreg" else None,
+        train_weights=weights,
+    )
+
+
+def _against_real_records(
+    synth: SyntheticSet,
+    synth_emb: np.ndarray,
+    enc: TextEncoder,
+    task: Any,
+    columns: tuple[str, str],
+    private: tuple[str | None, int | None, int],
+    reference: str | None,
+    seed: int,
+    fid_method: str,
+) -> dict[str, Any]:
+    """FID against the private records (operator only) and label agreement against ``reference``."""
+    from wasp_vllm.data import load_private
+
+    figures: dict[str, Any] = {}
+    source, limit, private_seed = private
+    if source is not None:
+        records = load_private(source, task, *columns, limit=limit, seed=private_seed)
+        figures[OPERATOR_ONLY] = _operator_figures(synth, synth_emb, enc.encode(records.texts), fid_method)
+    if reference is not None:
+        ref = load_private(reference, task, *columns)
+        agreement = label_agreement(
             synth_emb, synth.labels, enc.encode(ref.texts), ref.labels, task.labels, seed
-        ) | {"reference": str(reference)}
-    result["trained_on_weights"] = bool(use_weights and synth.weights is not None)
-    log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
-    return result
+        )
+        figures["label_agreement"] = agreement | {"reference": str(reference)}
+    return figures
 
 
 def _describe_synthetic(synth: SyntheticSet, label_names: list[str]) -> dict[str, Any]:

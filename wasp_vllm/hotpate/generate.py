@@ -214,15 +214,20 @@ def run_hotpate(
     """Hot PATE synthetic records with a PLM preset or model directory (entry point for the CLI).
 
     ``settings`` are the fields of :class:`HotPateSettings` (``n_samples``, ``epsilon``, ``delta``
-    and ``requested_m`` or ``teachers`` at least).  ``engine``: ``hf`` (transformers) or ``vllm``
-    (``top_logprobs`` per teacher and token).  ``source_factory`` replaces the model (tests use a
-    stub).  Returns the records (columns ``id, text, label, attribute, plm, round, prompt_kind``)
+    and ``requested_m`` or ``teachers`` at least).  ``engine``: ``hf`` (transformers), ``vllm``
+    (``top_logprobs`` per teacher and token) or ``auto`` (vLLM where there is a GPU).
+    ``source_factory`` replaces the model (tests use a stub).  Returns the records
+    (columns ``id, text, label, attribute, plm, round, prompt_kind``)
     and the privacy report for the run manifest.
     """
     if "stop" in settings:
         settings["stop"] = tuple(settings["stop"])
     run = HotPateSettings(**settings)
     check_inputs(private_texts, private_labels, label_names, run)
+    if engine == "auto":  # vLLM's top-K path pays off on a GPU; transformers is exact and fine on CPU
+        from wasp_vllm.devices import gpu_available
+
+        engine = "vllm" if gpu_available() else "hf"
     plm, used = model, "custom" if source_factory is not None else engine
     if source_factory is None:
         source_factory, plm = _source_factory(engine, model, device, dtype, run.temperature, top_logprobs)

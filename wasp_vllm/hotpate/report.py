@@ -14,13 +14,17 @@ target charging adds the two largest labels' (eps, delta) (basic composition).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from wasp_vllm.hotpate.accounting import THEOREM, plain_composition_epsilon
 from wasp_vllm.hotpate.selector import SOURCES
 from wasp_vllm.hotpate.settings import HotPateSettings
 from wasp_vllm.hotpate.steps import ChargedStep, GaussianStep, LabelBudget, PrivateStep
 from wasp_vllm.privacy.gaussian import epsilon_for_sigma
+from wasp_vllm.store import write_json, write_parquet
 
 
 @dataclass
@@ -178,3 +182,15 @@ def summary_line(report: dict[str, Any], rows: int, out: str, accounting: str, d
         f"wrote {rows} records to {out}; {share:.0%} of their tokens from the private ensemble; "
         f"({g.get('epsilon', 0.0):.4g}, {g.get('delta', delta):.3g})-DP ({accounting})"
     )
+
+
+def publish(
+    out: Path, table: pa.Table, report: dict[str, Any], accounting: str, requested_m: int | None, delta: float
+) -> str:
+    """Write the run's published files and return the line the CLI prints.
+
+    Published: settings and functions of the calls' outputs only (no count or hash of the records).
+    """
+    write_parquet(out / "synthetic.parquet", table)
+    write_json(out / "manifest.json", manifest_entry(report, accounting, requested_m))
+    return summary_line(report, table.num_rows, str(out), accounting, delta)

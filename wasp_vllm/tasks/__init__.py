@@ -14,9 +14,9 @@ from wasp_vllm.tasks.spec import (
     list_tasks,
     load_task_file,
     normalize_label_key,
-    save_task,
     task_from_dict,
 )
+from wasp_vllm.tasks.writer import save_task
 
 __all__ = [
     "PROMPT_KINDS",
