@@ -108,9 +108,11 @@ def test_cli_run_with_a_served_plm_and_an_in_process_one(served, tmp_path):
     assert table.num_rows >= 20
     rows = table.to_pylist()
     assert {r["plm"] for r in rows} == {spec, "gemma3"}  # the run's own names, URL included
-    later = [r["prompt_kind"] for r in rows if r["round"] > 0]
-    assert later and set(later) == {"contrastive"}  # rounds 1-2: contrastive prompts, served too
-    assert any(r["plm"] == spec and r["round"] > 0 for r in rows)
+    # Rounds 1-2: contrastive prompts, served too (a label whose pool the votes left empty stays
+    # zero-shot: with the private label prior a rare label gets few samples to vote on).
+    later = [(r["plm"], r["prompt_kind"]) for r in rows if r["round"] > 0]
+    assert (spec, "contrastive") in later
+    assert {kind for _, kind in later} <= {"contrastive", "zero_shot"}
     assert len({r["text"] for r in rows}) == len(rows) and len({r["id"] for r in rows}) == len(rows)
     assert manifest["config"]["plms"] == [spec, "gemma3"] and manifest["plms"]["dropped"] == {}
     assert len(manifest["rounds"]) == 3 and manifest["tokens"][spec] > 0 and manifest["tokens"]["gemma3"] > 0
