@@ -43,7 +43,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; CI runs the curated list)
-	$(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40
+	PYTHON=$(abspath $(BIN))/python $(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40
 
 BENCH := engine_overhead reference_loop pipeline_stages topq_search served
 bench: $(STAMP)  # full size: tens of minutes on 2 cores
