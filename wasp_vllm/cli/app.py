@@ -196,6 +196,12 @@ def _progress() -> Iterator[Progress]:
         yield progress
 
 
+def _distinct(values: float | list[float]) -> str:
+    """'5.264' for one value, '4.835 / 5.264' for several (the label prior and the votes), '-' for none."""
+    listed = values if isinstance(values, list) else [values]
+    return " / ".join(f"{v:.3f}" for v in sorted(set(listed))) or "-"
+
+
 def _print_summary(manifest: dict[str, Any], out: Path, chatter: Path | None = None) -> None:
     plms = manifest["config"]["plms"]
     table = Table(title=f"{manifest['output']['rows']} samples written to {out}")
@@ -208,11 +214,10 @@ def _print_summary(manifest: dict[str, Any], out: Path, chatter: Path | None = N
     console.print(table)
     privacy = manifest["privacy"]
     ledger = privacy["ledger"]
-    sigma = "-" if ledger["sigma"] is None else f"{ledger['sigma']:.3f}"
     console.print(
         f"privacy: {privacy['guarantee']}; epsilon spent {ledger['epsilon_spent']:.3f} of "
-        f"{ledger['epsilon_budget']:g}, sigma {sigma}, sensitivity {ledger['sensitivity']}, "
-        f"{ledger['compositions']} releases",
+        f"{ledger['epsilon_budget']:g}, sigma {_distinct(ledger['sigmas'])}, "
+        f"sensitivity {_distinct(ledger['sensitivity'])}, {ledger['compositions']} releases",
         highlight=False,
     )
     missing = sum(r.get("missing", 0) for r in manifest["rounds"])
