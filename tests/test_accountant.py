@@ -203,6 +203,22 @@ def test_calibration_validation(args):
         calibrate_sigma(*args)
 
 
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: epsilon_for_sigma(0.0, 1e-5, 1.0, 1), "sigma must be"),
+        (lambda: epsilon_for_sigma(1.0, 1e-5, -1.0, 1), "sensitivity must be"),
+        (lambda: epsilon_for_sigma(1.0, 1e-5, 1.0, 0), "compositions must be"),
+        (lambda: paper_epsilon(0.0, 1e-5, 5), "sigma must be"),
+        (lambda: paper_epsilon(1.0, 1e-5, 1), "rounds must be"),
+    ],
+)
+def test_a_bad_argument_is_named_in_the_error(call, named):
+    """A user's typo in a config reaches these checks: the message must say which value is wrong."""
+    with pytest.raises(ValueError, match=f"^{named}"):
+        call()
+
+
 # --- plan -------------------------------------------------------------------------------------------
 
 
