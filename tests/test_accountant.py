@@ -219,6 +219,12 @@ def test_a_bad_argument_is_named_in_the_error(call, named):
         call()
 
 
+def test_two_rounds_is_the_smallest_run_the_paper_formula_covers():
+    """T=2 is one voting round: the paper's formula holds there and round-trips with paper_sigma."""
+    sigma = paper_sigma(4.0, 1e-5, 2)
+    assert paper_epsilon(sigma, 1e-5, 2) == pytest.approx(4.0)
+
+
 # --- plan -------------------------------------------------------------------------------------------
 
 

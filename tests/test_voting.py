@@ -156,3 +156,11 @@ def test_noisy_votes_is_clean_plus_noise():
     np.testing.assert_array_equal(votes.h_near, expected.h_near)
     np.testing.assert_array_equal(votes.h_far, expected.h_far)
     assert votes.q == 3 and votes.sigma == 0.7
+
+
+def test_the_private_voters_never_print_their_embeddings():
+    """A traceback or a debug log that shows the voters must not show the private records' vectors."""
+    from wasp_vllm.privacy.mechanisms import Voters
+
+    voters = Voters(np.full((2, 3), 0.123456), np.array([0, 1]))
+    assert "0.123" not in repr(voters) and "0.123" not in str(voters) and "Voters" in repr(voters)

@@ -244,9 +244,6 @@ class PrivacyLedger:
     def spent_epsilon_paper(self) -> float:
         return ACCOUNTANTS[AccountantMode.PAPER].epsilon(self.releases, self.delta)
 
-    def remaining_epsilon(self) -> float:
-        return max(0.0, self.epsilon - self.spent_epsilon())
-
     def record(self, release: GaussianRelease) -> GaussianRelease:
         """Append one release; raises :class:`PrivacyBudgetExceeded` *before* appending if it would
         push the spent epsilon (exact, and the ledger's own accountant's) over the budget by more
