@@ -306,6 +306,8 @@ def reuse_or_run(
     method: Method, seed: int, args: argparse.Namespace, pool: EnginePool, embedder: Any
 ) -> dict:
     """A finished run's record is kept under ``--work``: a restarted benchmark reuses it."""
+    from wasp_vllm.store import write_json
+
     what = {"method": asdict(method), "seed": seed, "dataset": args.dataset, "split": args.split,
             "quick": args.quick, "engine": args.engine}  # fmt: skip
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -315,7 +317,7 @@ def reuse_or_run(
         return json.loads(path.read_text())
     record = run_one(method, seed, args, pool, embedder)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record))
+    write_json(path, record)  # atomic: a benchmark killed mid-write leaves no half record to reuse
     return record
 
 

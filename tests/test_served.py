@@ -113,6 +113,10 @@ def test_cli_run_with_a_served_plm_and_an_in_process_one(served, tmp_path):
     later = [(r["plm"], r["prompt_kind"]) for r in rows if r["round"] > 0]
     assert (spec, "contrastive") in later
     assert {kind for _, kind in later} <= {"contrastive", "zero_shot"}
+    kinds: dict[tuple[int, str], set[str]] = {}
+    for r in rows:  # the pools are shared: one kind per round and label, whichever PLM served it
+        kinds.setdefault((r["round"], r["label"]), set()).add(r["prompt_kind"])
+    assert all(len(k) == 1 for k in kinds.values()), kinds
     assert len({r["text"] for r in rows}) == len(rows) and len({r["id"] for r in rows}) == len(rows)
     assert manifest["config"]["plms"] == [spec, "gemma3"] and manifest["plms"]["dropped"] == {}
     assert len(manifest["rounds"]) == 3 and manifest["tokens"][spec] > 0 and manifest["tokens"]["gemma3"] > 0
