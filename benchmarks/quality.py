@@ -104,10 +104,12 @@ SIDE_GROUPS = ("ablation", "federated", "n-curve", "levers", "accountant", "q")
 AS_PUBLISHED = {"label_prior": "uniform"}
 
 LEVERS = (
+    ("wasp-label-check-off", "WASP, label check off", {"label_check": "off"}),
     ("wasp-gate-off", "WASP, quality gate off", {"quality_gate": False}),
     ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
     ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
     ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),
+    ("wasp-label-check-m03", "WASP, label check with margin 0.03", {"label_check_margin": 0.03}),
 )
 
 
@@ -308,8 +310,10 @@ def reuse_or_run(
     """A finished run's record is kept under ``--work``: a restarted benchmark reuses it."""
     from wasp_vllm.store import write_json
 
+    # The run's whole configuration is in the key: a changed default is a new run, never a reuse.
+    config = None if method.only_private else run_config(method, seed, args, pool.kind).model_dump()
     what = {"method": asdict(method), "seed": seed, "dataset": args.dataset, "split": args.split,
-            "quick": args.quick, "engine": args.engine}  # fmt: skip
+            "quick": args.quick, "engine": args.engine, "config": config}  # fmt: skip
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = Path(args.work) / "records" / f"{method.key.replace(':', '_')}-seed{seed}-{key}.json"
     if path.exists():
@@ -321,8 +325,30 @@ def reuse_or_run(
     return record
 
 
-def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePool, embedder: Any) -> dict:
+def run_config(method: Method, seed: int, args: argparse.Namespace, engine: str) -> Any:
+    """The RunConfig of one benchmark run: the shared settings, then the method's own."""
     from wasp_vllm.config import RunConfig
+
+    return RunConfig(
+        **{
+            "engine": engine,
+            "task": DATA.task,
+            "n": args.n,
+            "rounds": args.rounds,
+            "max_new_tokens": args.max_new_tokens,
+            "epsilon": EPSILON,
+            "delta": DELTA,
+            "private": DATA.private,
+            "private_limit": method.m,
+            "seed": seed,  # seeds the private draw, the partition and every request
+            "noise_seed": 10_000 + seed,  # reproducible benchmark noise; never fix it for a release
+            "embedder": "all-MiniLM-L6-v2",
+            **method.overrides,
+        }
+    )
+
+
+def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePool, embedder: Any) -> dict:
     from wasp_vllm.evaluation import evaluate_private_only, evaluate_synthetic
     from wasp_vllm.pipeline import Run, prepare
 
@@ -349,23 +375,7 @@ def run_one(method: Method, seed: int, args: argparse.Namespace, pool: EnginePoo
             eval_s=round(time.perf_counter() - start, 2),
         )
         return record
-    cfg = RunConfig(
-        **{
-            "engine": pool.kind,
-            "task": DATA.task,
-            "n": args.n,
-            "rounds": args.rounds,
-            "max_new_tokens": args.max_new_tokens,
-            "epsilon": EPSILON,
-            "delta": DELTA,
-            "private": DATA.private,
-            "private_limit": method.m,
-            "seed": seed,  # seeds the private draw, the partition and every request
-            "noise_seed": 10_000 + seed,  # reproducible benchmark noise; never fix it for a release
-            "embedder": "all-MiniLM-L6-v2",
-            **method.overrides,
-        }
-    )
+    cfg = run_config(method, seed, args, pool.kind)
     out = Path(args.work) / f"{method.key.replace(':', '-')}_s{seed}"
     started_before = sum(pool.startup_s.values())
     manifest = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True)
@@ -684,6 +694,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="seeds for the ablation, Q, accountant and federated rows (default 1)",
     )
+    p.add_argument(
+        "--only", default=None, help="comma list of method keys to run of the chosen groups (default: all)"
+    )
     p.add_argument("--federated-m", type=int, default=300, help="private records M of the federated rows")
     p.add_argument(
         "--max-minutes",
@@ -724,6 +737,11 @@ def main(argv: list[str] | None = None) -> int:
     from wasp_vllm.tasks import get_task
 
     methods = method_grid(args.quick, args.federated_m, args.groups)
+    if args.only:
+        wanted = set(args.only.split(","))
+        if unknown := wanted - {m.key for m in methods}:
+            raise SystemExit(f"--only: no method {sorted(unknown)} in the groups {sorted(args.groups)}")
+        methods = [m for m in methods if m.key in wanted]
     stem = Path(args.out) / args.name
     payload: dict[str, Any] = {
         "command": report.command(__file__, sys.argv[1:] if argv is None else argv),

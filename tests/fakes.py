@@ -1,7 +1,8 @@
 """Test doubles for pipeline-logic tests, named as such; never used where a test claims to exercise an engine.
 
-* ``FakeEngineForUnitTests``: deterministic pseudo-text per (prompt, seed); modes simulate
-  misbehaving engines (empty output, echoes, raising always, after some calls, or on given calls).
+* ``FakeEngineForUnitTests``: deterministic pseudo-text per (prompt, seed) that names the label the
+  prompt asks for (so it passes the label check); modes simulate misbehaving engines (empty
+  output, echoes, raising always, after some calls, or on given calls).
 * ``HashEmbedderForTests``: a deterministic 64-dim bag-of-words embedder (each word a fixed random
   vector seeded by its hash). Used where the subject is the round loop, I/O or memory, not embeddings.
 
@@ -33,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from wasp_vllm.engines.base import Completion, GenerationParams
+from wasp_vllm.tasks import get_task, list_tasks
 
 WORDS = [
     "great",
@@ -51,6 +53,28 @@ WORDS = [
     "effect",
     "works",
 ]
+
+
+def _label_phrases() -> dict[str, str]:
+    """Every built-in task's label phrase in its prompts (both styles) -> the paper-style phrase,
+    which is what the label check compares samples with."""
+    phrases: dict[str, str] = {}
+    for name in list_tasks():
+        task = get_task(name)
+        for label in task.labels:
+            for style in ("paper", "short"):
+                phrases[task.label_text(label, style)] = task.label_text(label)
+    return phrases
+
+
+LABEL_PHRASES = _label_phrases()
+
+
+def asked_label_phrase(prompt: str) -> str | None:
+    """The label phrase a prompt asks for: the one named last (the instruction ends the prompt)."""
+    # The phrase ending last, the longest of those ("very positive ..." over "positive ...").
+    found = max(LABEL_PHRASES, key=lambda p: (prompt.rfind(p) + len(p) if p in prompt else -1, len(p)))
+    return LABEL_PHRASES[found] if found in prompt else None
 
 
 class FakeEngineForUnitTests:
@@ -95,7 +119,10 @@ class FakeEngineForUnitTests:
             else:
                 h = int(hashlib.sha256(f"{prompt}|{seed}".encode()).hexdigest()[:12], 16)
                 rng = np.random.default_rng(h)
-                out.append(Completion(" ".join(rng.choice(WORDS, size=12)) + '" and more', 12))
+                # A PLM that writes the sentiment it is asked for: it names the label twice.
+                phrase = asked_label_phrase(prompt)
+                label_words = f" {phrase} {phrase}" if phrase else ""
+                out.append(Completion(" ".join(rng.choice(WORDS, size=12)) + label_words + '" and more', 12))
         return out
 
     def close(self) -> None:

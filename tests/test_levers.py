@@ -1,5 +1,5 @@
-"""The quality levers of issue 15 in the round loop: the gate, the private label prior, the final
-vote and its weights, the short prompts, and the label agreement diagnostic.
+"""The quality levers of issue 15 in the round loop: the gate, the label check, the private label
+prior, the final vote and its weights, the short prompts, and the label agreement diagnostic.
 
 Generation comes from engines named ``...ForUnitTests`` and embeddings from ``HashEmbedderForTests``:
 the subject is the loop's handling, not an LLM (real engines: tests/test_engines_real.py).
@@ -15,8 +15,10 @@ from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation import evaluate_synthetic
+from wasp_vllm.label_check import LabelCheck
 from wasp_vllm.pipeline import Run, prepare
 from wasp_vllm.privacy.accountant import EXACT
+from wasp_vllm.tasks import get_task
 
 LABELS = ["positive", "neutral", "negative"]
 JUNK = [
@@ -36,6 +38,19 @@ class JunkEngineForUnitTests(FakeEngineForUnitTests):
         for i, seed in enumerate(seeds):
             if seed % 2:
                 out[i] = type(out[i])(JUNK[seed % len(JUNK)], 5)
+        return out
+
+
+class WrongLabelEngineForUnitTests(FakeEngineForUnitTests):
+    """Writes the sentiment word of the label its prompt asks for, but every other answer the
+    word of another label: a PLM that ignores the sentiment it is asked to write."""
+
+    def generate(self, prompts, seeds, params):
+        out = super().generate(prompts, seeds, params)
+        for i, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
+            asked = max(LABELS, key=lambda lab: prompt.rfind(f"{lab} "))  # the instruction comes last
+            word = LABELS[(LABELS.index(asked) + 1) % 3] if seed % 2 else asked
+            out[i] = type(out[i])(f"{word} {word} {word} review {seed}", 6)
         return out
 
 
@@ -76,6 +91,47 @@ def test_the_gate_keeps_junk_out_and_counts_it_per_plm_and_reason(tmp_path):
 def test_without_the_gate_junk_gets_in(tmp_path):
     _, _, table = run(tmp_path, JunkEngineForUnitTests, quality_gate=False)
     assert set(JUNK) & set(table.column("text").to_pylist())
+
+
+def test_the_label_check_flags_a_sample_nearer_another_labels_description():
+    check = LabelCheck(get_task("drugs"), HashEmbedderForTests())
+    texts = ["negative negative negative review", "positive positive positive review"]
+    emb = HashEmbedderForTests().encode(texts)
+    assert check.off_label(emb, ["positive", "positive"]).tolist() == [True, False]
+    assert check.off_label(emb, ["negative", "negative"]).tolist() == [False, True]
+    # a margin as wide as the cosine range keeps everything
+    assert (
+        not LabelCheck(get_task("drugs"), HashEmbedderForTests(), margin=2.0)
+        .off_label(emb, ["positive"] * 2)
+        .any()
+    )
+    with pytest.raises(ValueError, match="margin"):
+        LabelCheck(get_task("drugs"), HashEmbedderForTests(), margin=-0.1)
+
+
+def _written_as_labelled(table) -> np.ndarray:
+    texts, labels = table.column("text").to_pylist(), table.column("label").to_pylist()
+    return np.array([text.split()[0] == label for text, label in zip(texts, labels, strict=True)])
+
+
+def test_the_label_check_drops_off_label_samples_and_regenerates_them(tmp_path):
+    _, manifest, table = run(tmp_path, WrongLabelEngineForUnitTests, label_check="drop")
+    assert table.num_rows == 90  # off-label samples regenerated: exactly N
+    assert _written_as_labelled(table).all()
+    off = sum(r.get("off_label", 0) for rnd in manifest["rounds"] for r in rnd["rejects"].values())
+    assert off > 0
+    assert manifest["config"]["label_check"] == "drop"
+    # the embeddings the check computed are the ones written (the round embeds each sample once)
+    emb = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
+    np.testing.assert_allclose(
+        emb, HashEmbedderForTests().encode(table.column("text").to_pylist()), atol=1e-6
+    )
+
+
+def test_without_the_label_check_off_label_samples_get_in(tmp_path):
+    _, manifest, table = run(tmp_path, WrongLabelEngineForUnitTests, label_check="off")
+    assert manifest["config"]["label_check"] == "off"
+    assert not _written_as_labelled(table).all()
 
 
 def test_a_private_label_prior_is_paid_for_and_shapes_the_labels(tmp_path):

@@ -97,6 +97,15 @@ class RunConfig(BaseModel):
         True, "Reject junk before it joins the synthetic set (echoes, non-language, markup, wrong script, "
         "list fragments, loops, lengths from the task file); rejects are regenerated.", METHOD,
     )  # fmt: skip
+    label_check: Literal["off", "drop"] = setting(
+        "drop", "'drop': reject (and regenerate) a sample whose embedding is closer to another label's "
+        "description than to its own by more than --label-check-margin; public data only, no "
+        "privacy cost. 'off': keep every sample the quality gate passes.", METHOD,
+    )  # fmt: skip
+    label_check_margin: float = setting(
+        0.0, "Cosine margin of --label-check: 0 keeps a sample only if its own label's description is "
+        "the nearest; larger values keep more.", METHOD, ge=0, le=2,
+    )  # fmt: skip
     label_prior: Literal["auto", "uniform", "private"] = setting(
         "auto", "Samples per label: 'uniform', 'private' (proportional to a noisy histogram of the "
         "private labels, paid with --label-prior-share of epsilon), or 'auto': 'private' when the "

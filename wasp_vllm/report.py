@@ -332,8 +332,9 @@ def _rejects_section(view: RunView) -> str:
                      sum(sum(c.values()) for c in totals.values())])  # fmt: skip
         body = table(["reason", *view.plms, "total"], rows, last_is_total=True)
     return (
-        '<section id="rejects"><h2>Rejects</h2><p>Samples the quality gate turned down, summed over '
-        f"the rounds; each was regenerated, never copied.</p>{body}</section>"
+        '<section id="rejects"><h2>Rejects</h2><p>Samples the quality gate (and, as '
+        "<code>off_label</code>, the label check) turned down, summed over the rounds; each was "
+        f"regenerated, never copied.</p>{body}</section>"
     )
 
 

@@ -89,6 +89,7 @@ def generate_share(
         completions = _generate_with_retries(engine, slots, seeds, rin.params, cfg.engine_retries, result)
         result.engine_seconds += time.perf_counter() - started
         missing = []
+        candidates: list[tuple[Slot, str]] = []
         for slot, completion in zip(slots, completions, strict=True):
             result.tokens += completion.n_tokens
             text, reason = clean_sample(completion.text, slot, rin.gate, rin.seen, kept_keys)
@@ -97,8 +98,10 @@ def generate_share(
                 missing.append(slot.label)
                 continue
             kept_keys.add(normalize_text(text))
+            candidates.append((slot, text))
+        for slot, text, embedding in _label_checked(rin, candidates, result, missing):
             # The run's own PLM name, not the engine's: a served model may call itself otherwise.
-            result.rows.append(_row(text, slot, plm, t, share, attempt))
+            result.rows.append(_row(text, slot, plm, t, share, attempt, embedding))
         on_progress(len(wanted) - len(missing))
         wanted = missing
     result.shortfall = len(wanted)
@@ -118,8 +121,29 @@ def label_counts(quota: int, n_labels: int, offset: int, shares: tuple[float, ..
     return allocate_quotas(quota, np.asarray(shares, dtype=float))
 
 
-def _row(text: str, slot: Slot, plm: str, t: int, share: Share, attempt: int) -> dict[str, Any]:
-    return {
+def _label_checked(
+    rin: RoundInputs, candidates: list[tuple[Slot, str]], result: PLMResult, missing: list[str]
+) -> list[tuple[Slot, str, np.ndarray | None]]:
+    """The candidates that read as their label (all of them without a label check); the others
+    are counted as ``off_label`` rejects and their labels asked again."""
+    if rin.label_check is None or not candidates:
+        return [(slot, text, None) for slot, text in candidates]
+    embeddings, off = rin.label_check.check([t for _, t in candidates], [s.label for s, _ in candidates])
+    kept = []
+    for (slot, text), embedding, is_off in zip(candidates, embeddings, off, strict=True):
+        if is_off:
+            result.rejects["off_label"] += 1
+            missing.append(slot.label)
+        else:
+            kept.append((slot, text, embedding))
+    return kept
+
+
+def _row(
+    text: str, slot: Slot, plm: str, t: int, share: Share, attempt: int, embedding: np.ndarray | None
+) -> dict[str, Any]:
+    """One sample; ``embedding`` (from the label check) is reused when the round is embedded."""
+    row: dict[str, Any] = {
         "id": f"r{t}-k{share.k}-p{share.part}-a{attempt}-{slot.index:06d}",
         "text": text,
         "label": slot.label,
@@ -128,6 +152,9 @@ def _row(text: str, slot: Slot, plm: str, t: int, share: Share, attempt: int) ->
         "round": t,
         "prompt_kind": slot.kind,
     }
+    if embedding is not None:
+        row["embedding"] = embedding
+    return row
 
 
 def _generate_with_retries(

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from wasp_vllm.config import ConfigError
 from wasp_vllm.devices import gpu_available
 from wasp_vllm.engines import Engine, GenerationParams, ModelError
+from wasp_vllm.label_check import LabelCheck
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
 from wasp_vllm.pipeline.manifest import build_manifest
@@ -62,6 +63,7 @@ class Run:
         self.engines: dict[str, Engine] = {}
         self.engine_stats: dict[str, dict[str, Any]] = {}  # served PLMs, captured at close
         self.voting: VotingMechanism | None = None
+        self.label_check: LabelCheck | None = None
         self.secret: RunSecret | None = None
         self.tables: list[pa.Table] = []
 
@@ -110,11 +112,18 @@ class Run:
         )
         gate = make_gate(task, cfg.prompt_style) if cfg.quality_gate else None
         shares = tuple(state.label_shares) if state.label_shares is not None else None
-        return RoundInputs(cfg, self.strategy, task, state.pools, t, seen, params, gate, shares)
+        return RoundInputs(
+            cfg, self.strategy, task, state.pools, t, seen, params, gate, shares, self.label_check
+        )
 
     def _embed(self, results: dict[str, PLMResult]) -> pa.Table:
-        new = pa.Table.from_pylist([r for res in results.values() for r in res.rows], schema=sample_schema())
-        emb = self._timed("embedding", self.embedder.encode, new.column("text").to_pylist())
+        rows = [r for res in results.values() for r in res.rows]
+        kept = [r.pop("embedding", None) for r in rows]  # the label check embedded these already
+        new = pa.Table.from_pylist(rows, schema=sample_schema())
+        if rows and all(e is not None for e in kept):
+            emb = np.stack(kept).astype(np.float32)
+        else:
+            emb = self._timed("embedding", self.embedder.encode, new.column("text").to_pylist())
         new = new.append_column("embedding", pa.FixedSizeListArray.from_arrays(emb.reshape(-1), emb.shape[1]))
         # Readers reuse stored embeddings only when they come from the same embedder.
         return new.replace_schema_metadata({"embedder": str(getattr(self.embedder, "name", "unknown"))})
@@ -231,6 +240,8 @@ class Run:
             if hasattr(self.embedder, "load"):  # a lazy embedder: its start-up is a stage of its own
                 self._timed("startup:embedder", self.embedder.load)
             self.voting = self._open_voting(state)
+            if self.cfg.label_check == "drop":
+                self.label_check = LabelCheck(self.ctx.task, self.embedder, self.cfg.label_check_margin)
             if self.cfg.label_prior == "private" and state.label_shares is None:
                 state.label_shares = self._label_prior(state)
             yield

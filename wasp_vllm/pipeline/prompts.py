@@ -15,6 +15,7 @@ import numpy as np
 
 from wasp_vllm.config import RunConfig
 from wasp_vllm.engines import GenerationParams
+from wasp_vllm.label_check import LabelCheck
 from wasp_vllm.quality import GateSettings, check_sample, clean_text
 from wasp_vllm.run_state import Pools
 from wasp_vllm.strategies import PromptKind, Strategy
@@ -65,6 +66,8 @@ class RoundInputs:
     gate: Gate | None = None
     #: Share of each label in the samples to write (None: even), from a noisy private histogram.
     label_shares: tuple[float, ...] | None = None
+    #: Off-label samples are rejected too (``--label-check drop``); None: no label check.
+    label_check: LabelCheck | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,67 @@
+"""Label fidelity: does a sample read as the label it was written for?  Public data only.
+
+Tiny PLMs often ignore the sentiment they are asked for, so a "negative" sample may praise the
+drug; such samples teach the downstream classifier the wrong label.  The check embeds each
+label's own description (the task's ``label_descriptions``, e.g. "negative sentiment") with the
+run's sentence embedder and calls a sample *off-label* when its embedding is closer (cosine) to
+another label's description than to its own by more than ``margin``.  Off-label samples are
+rejected and regenerated like the quality gate's rejects (reason ``off_label``).
+
+It reads only the sample, the public task file and the public embedder: no privacy cost.  Why it
+works although the descriptions are a poor classifier of *real* records: a synthetic sample was
+prompted with its label phrase, and one that took the phrase up sits near it in embedding space,
+one that drifted into another sentiment sits nearer that one's phrase.  Measured on the drugs
+runs (``benchmarks/results/quality_validation.md``): see the README's "label check" lever.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from wasp_vllm.tasks import TaskSpec
+
+
+def _unit_rows(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.maximum(norms, 1e-12)
+
+
+class LabelCheck:
+    """``off_label(embeddings, labels)``: which samples read as another label (see module doc)."""
+
+    def __init__(self, task: TaskSpec, embedder: Any, margin: float = 0.0) -> None:
+        if margin < 0:
+            raise ValueError(f"margin must be >= 0, got {margin}")
+        self.embedder = embedder
+        # PLMs generate in threads on a GPU; a fast tokenizer shared by two threads can fail
+        # ("Already borrowed"), so the check embeds one batch at a time.
+        self._lock = threading.Lock()
+        self.labels = list(task.labels)
+        self.margin = float(margin)
+        # The paper-style phrase ("negative sentiment"), not the short prompts' ("1/10"): the
+        # embedder knows what sentiment words mean, not what a rating out of ten means.
+        self.prototypes = _unit_rows(embedder.encode([task.label_text(lab) for lab in self.labels]))
+
+    def check(self, texts: Sequence[str], labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(embeddings, off-label mask)`` of a batch of samples; the embeddings are kept by the
+        caller, so the round embeds each sample once."""
+        with self._lock:
+            embeddings = np.asarray(self.embedder.encode(list(texts)), dtype=np.float32)
+        return embeddings, self.off_label(embeddings, labels)
+
+    def scores(self, embeddings: np.ndarray) -> np.ndarray:
+        """[n, labels] cosine similarity of each sample to each label's description."""
+        return _unit_rows(embeddings) @ self.prototypes.T
+
+    def off_label(self, embeddings: np.ndarray, labels: Sequence[str]) -> np.ndarray:
+        """Boolean mask: the sample's own label trails the best label by more than the margin."""
+        if len(labels) == 0:
+            return np.zeros(0, dtype=bool)
+        scores = self.scores(embeddings)
+        own = scores[np.arange(len(labels)), [self.labels.index(lab) for lab in labels]]
+        return scores.max(axis=1) - own > self.margin
