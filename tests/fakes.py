@@ -22,6 +22,7 @@ process SIGKILL itself at the n-th (1-based) occurrence of a stage:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -71,10 +72,18 @@ LABEL_PHRASES = _label_phrases()
 
 
 def asked_label_phrase(prompt: str) -> str | None:
-    """The label phrase a prompt asks for: the one named last (the instruction ends the prompt)."""
+    """The label phrase a prompt asks for: the one named last (the instruction ends the prompt).
+
+    Right for every built-in task but the two ``*_category`` ones, whose prompts name the
+    attribute (a star rating, also a label phrase of ``*_rating``) after the label."""
+    return _last_label_phrase(prompt[-240:])  # the instruction's last words; cached per tail
+
+
+@functools.lru_cache(maxsize=4096)
+def _last_label_phrase(tail: str) -> str | None:
     # The phrase ending last, the longest of those ("very positive ..." over "positive ...").
-    found = max(LABEL_PHRASES, key=lambda p: (prompt.rfind(p) + len(p) if p in prompt else -1, len(p)))
-    return LABEL_PHRASES[found] if found in prompt else None
+    found = max(LABEL_PHRASES, key=lambda p: (tail.rfind(p) + len(p) if p in tail else -1, len(p)))
+    return LABEL_PHRASES[found] if found in tail else None
 
 
 class FakeEngineForUnitTests:

@@ -60,7 +60,9 @@ def test_hundred_thousand_samples_in_bounded_memory(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["private_data"]["requested_m"] is None  # every one of the M records votes
     assert manifest["privacy"]["ledger"]["compositions"] == T  # T - 1 votes and the label prior
-    assert sum(sum(r["shortfall"].values()) for r in manifest["rounds"]) == 0
+    # A sample one PLM could not write (a rare reject of the gate or the label check) is made up
+    # by the other within the round: nothing is missing.
+    assert all(r["missing"] == 0 for r in manifest["rounds"])
     # Bounded: about 2.2 KiB per sample over a ~160 MiB base here; 1 GiB leaves room for other
     # allocators and platforms but catches anything quadratic (e.g. an N x M distance matrix).
     assert measured["peak_rss_mib"] < 1024
