@@ -11,7 +11,7 @@ It reads only the sample, the public task file and the public embedder: no priva
 works although the descriptions are a poor classifier of *real* records: a synthetic sample was
 prompted with its label phrase, and one that took the phrase up sits near it in embedding space,
 one that drifted into another sentiment sits nearer that one's phrase.  Measured on the drugs
-runs (``benchmarks/results/quality_validation.md``): see the README's "label check" lever.
+runs: ``benchmarks/results/quality_validation_label_check.md`` and the README's "label check" lever.
 """
 
 from __future__ import annotations
