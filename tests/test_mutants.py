@@ -33,6 +33,8 @@ class Mutant:
 
 NOISE = "tests/test_noise.py"
 NEIGHBOURS = "tests/test_neighbouring.py"
+AUDIT = "tests/test_audit.py"
+RELEASES = "tests/test_release_checks.py"
 MUTANTS = {
     "central-noise-sigma-over-100": Mutant(
         "the noise step gets sigma/100 while ledger and manifest report sigma",
@@ -226,11 +228,70 @@ MUTANTS = {
         ((', "sleep_mode", "noise_seed")', ', "sleep_mode")'),),
         (f"{NOISE}::test_the_config_fingerprint_does_not_hash_the_noise_seed",),
     ),
-    "quarter-noise": Mutant(
-        "the Gaussian mechanism adds a quarter of its noise",
+    "noise-cut-by-sqrt-2": Mutant(
+        "the Gaussian mechanism adds sigma/sqrt 2 while the ledger records sigma (the audit's power)",
         "wasp_vllm/privacy/voting.py",
-        (("noise = rng.normal(0.0, sigma, size=", "noise = rng.normal(0.0, sigma / 4, size="),),
-        ("tests/test_audit.py::test_the_released_votes_are_no_more_distinguishable_than_claimed",),
+        (("noise = rng.normal(0.0, sigma, size=", "noise = rng.normal(0.0, sigma / 2**0.5, size="),),
+        (f"{AUDIT}::test_central_votes_over_all_rounds_hold_their_claim_and_sigma_over_sqrt2_is_caught",),
+    ),
+    "m-draw-planned-as-add-remove": Mutant(
+        "the plan forgets that an --m draw turns one record more or less into a swap",
+        "wasp_vllm/privacy/sampling.py",
+        (("    return Neighbour.REPLACE if selected else file_neighbour", "    return file_neighbour"),),
+        (f"{AUDIT}::test_the_m_draw_canary_is_audited_at_the_replace_sensitivity",),
+    ),
+    "user-cap-not-in-the-plan": Mutant(
+        "users keep k records but the plan charges one record per user",
+        "wasp_vllm/pipeline/context.py",
+        (
+            (
+                '        records_per_unit=(cfg.max_records_per_user or 1) if cfg.privacy_unit == "user" else 1,',
+                "        records_per_unit=1,",
+            ),
+        ),
+        (f"{AUDIT}::test_user_level_runs_are_audited_at_k_records",),
+    ),
+    "label-prior-noise-over-100": Mutant(
+        "the label prior adds a hundredth of its noise while the manifest reports the planned sigma",
+        "wasp_vllm/privacy/mechanisms.py",
+        (
+            (
+                "normal(0.0, float(plan.prior_sigma or 0.0), n_labels)",
+                "normal(0.0, float(plan.prior_sigma or 0.0) / 100, n_labels)",
+            ),
+        ),
+        (
+            f"{RELEASES}::test_the_label_priors_noise_is_the_sigma_the_plan_and_ledger_record",
+            f"{AUDIT}::test_the_private_label_prior_holds_its_share_and_sigma_over_sqrt2_is_caught",
+        ),
+    ),
+    "final-vote-weights-ignore-the-votes": Mutant(
+        "the final vote's sample weights follow row order, not the noisy votes",
+        "wasp_vllm/selection.py",
+        (
+            (
+                "            order = _ranked(rows, votes)[::-1]  # lowest votes first",
+                "            order = rows",
+            ),
+        ),
+        (f"{RELEASES}::test_sample_weights_follow_the_rank_of_the_noisy_votes_within_each_label",),
+    ),
+    "final-vote-weights-inverted": Mutant(
+        "the final vote's sample weights favour the samples the votes rank lowest",
+        "wasp_vllm/selection.py",
+        (
+            (
+                "            order = _ranked(rows, votes)[::-1]  # lowest votes first",
+                "            order = _ranked(rows, votes)",
+            ),
+        ),
+        (f"{RELEASES}::test_a_runs_weights_follow_its_last_noisy_votes",),
+    ),
+    "hot-pate-replace-sensitivity-2": Mutant(
+        "a replace in Hot PATE counted as a move of 2 (two teachers can move together: 2 sqrt 2)",
+        "wasp_vllm/hotpate/steps.py",
+        (("        return 2.0 * VOTE_SENSITIVITY", "        return 2.0"),),
+        ("tests/test_hotpate_sensitivity.py",),
     ),
     "fid-not-marked-operator-only": Mutant(
         "evaluate's FID against the raw private set is reported as a publishable figure",

@@ -7,7 +7,7 @@ count, no per-label fact about the private records, no hash of them.
 
 The run's guarantee combines the labels' accountants as :func:`~wasp_vllm.hotpate.steps.label_budget`
 says: under add/remove the largest label's epsilon (parallel composition); under replace the
-Gaussian ledgers are calibrated at sensitivity 2, so again the largest label's epsilon, while
+Gaussian ledgers are calibrated at sensitivity 2 sqrt 2, so again the largest label's epsilon, while
 target charging adds the two largest labels' (eps, delta) (basic composition).
 """
 

@@ -22,11 +22,13 @@ with the per-label budget of :func:`label_budget`; the run's guarantee follows:
   difference (parallel composition): the run is ``(eps, delta)``-DP when every label's accountant
   is (Gaussian: sensitivity ``sqrt 2``; target charging: ``Delta = 1`` vote).
 * replace (an ``--m`` draw): two records change, in one ensemble (two teachers) or in two.
-  Gaussian: each label's ledger uses sensitivity 2 and the whole budget, so its releases are at most
-  ``K`` with ``2 sqrt(K) / sigma <= mu*``; one ensemble at sensitivity 2 gives ``mu^2 = 4K/sigma^2``
-  and two at ``sqrt 2`` give ``mu^2 = 2K/sigma^2 + 2K/sigma^2``: the same bound (Gaussian DP composes
-  exactly and adaptively), so the run is ``(eps, delta)``-DP.  Target charging: each label is
-  calibrated for ``Delta = 2`` at ``(eps/2, delta/2)``; two ensembles compose basically to
+  Gaussian: two teachers of *one* ensemble can move their votes the same way (both ``x -> y``, which
+  coordinated sampling makes the typical case), so that ensemble's histogram moves by
+  ``(-2, +2)``: L2 norm ``2 sqrt 2``.  Each label's ledger uses sensitivity ``2 sqrt 2`` and the
+  whole budget, so its releases are at most ``K`` with ``mu^2 = 8K/sigma^2 <= mu*^2``; two ensembles
+  at ``sqrt 2`` each give ``mu^2 = 2K/sigma^2 + 2K/sigma^2``, less (Gaussian DP composes exactly and
+  adaptively), so the run is ``(eps, delta)``-DP.  Target charging: each label is calibrated for
+  ``Delta = 2`` votes on the top count at ``(eps/2, delta/2)``; two ensembles compose basically to
   ``(eps, delta)``.
 
 **Noise from a public threshold fraction.**  With ``n`` teachers and ``V`` tokens the default
@@ -68,11 +70,13 @@ UNREACHABLE_P = 1e-9
 
 
 def vote_sensitivity(neighbour: Neighbour | str) -> float:
-    """L2 sensitivity of one release: one record is in one teacher (two when replaced)."""
+    """L2 sensitivity of one label's dense histogram: one record is in one teacher, whose vote moves
+    from one bin to another (``sqrt 2``); a replaced record changes two teachers of one ensemble, and
+    both may move ``x -> y`` (``(-2, +2)``: ``2 sqrt 2``; ``tests/test_hotpate_sensitivity.py``)."""
     if neighbour == "add_remove":
         return VOTE_SENSITIVITY
     if neighbour == "replace":
-        return 2.0
+        return 2.0 * VOTE_SENSITIVITY
     raise ValueError(f"neighbour must be 'add_remove' or 'replace', got {neighbour!r}")
 
 
@@ -127,7 +131,7 @@ def label_budget(accounting: str, neighbour: str, epsilon: float, delta: float) 
     if neighbour == "add_remove":
         return LabelBudget(epsilon, delta, 1, sens, "parallel: one record is in one label's ensemble")
     if accounting == "gaussian":
-        text = "replace: one ensemble at sensitivity 2 or two at sqrt 2 compose to the same Gaussian"
+        text = "replace: one ensemble at sensitivity 2 sqrt 2, or two at sqrt 2 each (less), per label ledger"
         return LabelBudget(epsilon, delta, 2, sens, text)
     text = "replace: at most two ensembles, each (eps/2, delta/2) at Delta = 2 (basic composition)"
     return LabelBudget(epsilon / 2.0, delta / 2.0, 2, sens, text)

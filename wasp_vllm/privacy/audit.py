@@ -1,17 +1,23 @@
-"""Empirical privacy audit: a statistical lower bound on the epsilon a mechanism really has.
+"""Empirical privacy audits: statistical lower bounds on the privacy a mechanism really spends.
 
-Run a mechanism many times on two neighbouring inputs ``D`` (with a canary) and ``D'`` (without)
-and score every output with a distinguishing statistic (higher = "looks like D").  An
-(epsilon, delta)-DP mechanism bounds every test ``score > t`` by
+Two audits of neighbouring runs, each with its own use:
 
-    TPR <= e^epsilon * FPR + delta
+* :func:`gdp_audit` (the audits of the Gaussian releases): every release of this project is a
+  Gaussian mechanism, and a composition of Gaussian mechanisms is exactly ``mu``-GDP: every test
+  of ``D`` against ``D'`` has ``TPR <= Phi(Phi^-1(FPR) + mu)`` at *every* false-positive rate.
+  Checking the whole trade-off curve (several FPRs, not one threshold) with many cheap trials
+  gives the audit enough power to tell ``sigma`` from ``sigma / sqrt 2``.
+* :func:`epsilon_lower_bound` (mechanisms that are not Gaussian, e.g. target charging): run a
+  mechanism many times on two neighbouring inputs ``D`` (with a canary) and ``D'`` (without) and
+  score every output with a distinguishing statistic (higher = "looks like D").  An
+  (epsilon, delta)-DP mechanism bounds every test ``score > t`` by ``TPR <= e^epsilon FPR + delta``,
 
-so with a one-sided Clopper-Pearson lower bound on TPR and upper bound on FPR (each at level
-``alpha / 2``), ``epsilon >= log((TPR_lo - delta) / FPR_hi)`` holds with confidence ``1 - alpha``.
-The threshold ``t`` is chosen on a calibration half of the trials and the bound computed on the
-other half, so choosing it does not bias the bound.  A claimed epsilon below the bound is
-refuted; one above it is consistent with the observations (an audit can catch under-noising,
-never prove a guarantee).
+  so with a one-sided Clopper-Pearson lower bound on TPR and upper bound on FPR (each at level
+  ``alpha / 2``), ``epsilon >= log((TPR_lo - delta) / FPR_hi)`` holds with confidence ``1 - alpha``.
+
+Thresholds are chosen on a calibration half of the trials and the bounds computed on the other
+half, so choosing them does not bias the bounds.  A claim below the bound is refuted; one above it
+is consistent with the observations (an audit can catch under-noising, never prove a guarantee).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta
+from scipy.stats import beta, norm
 
 
 def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:
@@ -79,3 +85,68 @@ def epsilon_lower_bound(
         trials_per_side=len(pos),
         confidence=1 - alpha,
     )
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    """One test of the trade-off audit: its threshold, FPR upper and TPR lower confidence bounds, and
+    the most TPR a ``mu_claimed``-GDP mechanism allows at that FPR."""
+
+    fpr_target: float
+    threshold: float
+    fpr_upper: float
+    tpr_lower: float
+    tpr_allowed: float
+
+
+@dataclass(frozen=True)
+class TradeoffAudit:
+    """A lower bound on the ``mu`` of a Gaussian-DP mechanism, against the ``mu`` it claims."""
+
+    mu_claimed: float
+    mu_lower_bound: float
+    points: tuple[TradeoffPoint, ...]
+    trials_per_side: int
+    confidence: float
+
+    @property
+    def refuted(self) -> bool:
+        """True when the observations contradict the claim (at the audit's confidence)."""
+        return self.mu_lower_bound > self.mu_claimed
+
+
+#: FPRs at which the trade-off curve is tested: the tail (where an under-noised release shows
+#: first at small mu) and the middle (where it shows at large mu).
+AUDIT_FPRS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5)
+
+
+def gdp_audit(
+    scores_with: np.ndarray,
+    scores_without: np.ndarray,
+    mu_claimed: float,
+    fprs: tuple[float, ...] = AUDIT_FPRS,
+    alpha: float = 1e-3,
+) -> TradeoffAudit:
+    """Audit a claim of ``mu``-GDP from test scores on ``D`` (``scores_with``) and ``D'``.
+
+    Thresholds are the ``1 - fpr`` quantiles of a calibration half of the ``D'`` scores; the other
+    halves give one-sided Clopper-Pearson bounds (Bonferroni over the ``2 len(fprs)`` bounds, so
+    all hold together with confidence ``1 - alpha``).  Each point gives
+    ``mu >= Phi^-1(TPR_lower) - Phi^-1(FPR_upper)``; the bound is the largest.
+    """
+    pos, neg = np.asarray(scores_with, dtype=float), np.asarray(scores_without, dtype=float)
+    half_p, half_n = len(pos) // 2, len(neg) // 2
+    if min(half_p, half_n) < 100:
+        raise ValueError("a trade-off audit needs at least 200 trials per side")
+    calibration, ev_p, ev_n = neg[:half_n], pos[half_p:], neg[half_n:]
+    two_sided = 2 * alpha / (2 * len(fprs))  # clopper_pearson spends alpha/2 on each side
+    points, bound = [], 0.0
+    for fpr in fprs:
+        threshold = float(np.quantile(calibration, 1.0 - fpr))
+        tpr_lo, _ = clopper_pearson(int((ev_p > threshold).sum()), len(ev_p), two_sided)
+        _, fpr_hi = clopper_pearson(int((ev_n > threshold).sum()), len(ev_n), two_sided)
+        allowed = float(norm.cdf(norm.ppf(fpr_hi) + mu_claimed))
+        points.append(TradeoffPoint(fpr, threshold, fpr_hi, tpr_lo, allowed))
+        if tpr_lo > 0.0 and fpr_hi < 1.0:
+            bound = max(bound, float(norm.ppf(tpr_lo) - norm.ppf(fpr_hi)))
+    return TradeoffAudit(mu_claimed, bound, tuple(points), min(len(pos), len(neg)), 1.0 - alpha)

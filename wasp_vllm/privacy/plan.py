@@ -123,9 +123,7 @@ def plan_privacy(
     eps_exact = EXACT.epsilon([*releases, *priors], delta)
     if eps_exact > epsilon * (1.0 + BUDGET_RTOL):
         raise PrivacyBudgetExceeded(
-            f"the paper's formula under-noises at epsilon={epsilon:g}: its sigma={sigma:.4g} spends "
-            f"epsilon={eps_exact:.4g} by the exact accountant (the formula is proven for epsilon < 1 "
-            "only); use --accountant exact"
+            _overspend_message(accountant, epsilon, eps_exact, sigma, releases, priors, delta)
         )
     eps_paper = ACCOUNTANTS[AccountantMode.PAPER].epsilon(releases, delta)
     logger.debug(
@@ -151,3 +149,27 @@ def _prior(
     sensitivity = unit * (math.sqrt(2.0) if neighbour is Neighbour.REPLACE else 1.0)
     sigma = math.nextafter(sensitivity / (math.sqrt(share) * mu), math.inf)
     return sigma, sensitivity, epsilon_for_mu(math.sqrt(1.0 - share) * mu, delta)
+
+
+def _overspend_message(
+    accountant: Accountant,
+    epsilon: float,
+    spent: float,
+    sigma: float | None,
+    votes: list[GaussianRelease],
+    priors: list[GaussianRelease],
+    delta: float,
+) -> str:
+    """Why a plan spends more than its budget, naming the cause: the paper's formula, or the split."""
+    if accountant.mode is AccountantMode.PAPER:
+        return (
+            f"the paper's formula under-noises at epsilon={epsilon:g}: its sigma={sigma:.4g} spends "
+            f"epsilon={spent:.4g} by the exact accountant (the formula is proven for epsilon < 1 only); "
+            "use --accountant exact"
+        )
+    parts = [f"the votes ({len(votes)} releases) {EXACT.epsilon(votes, delta):.4g}" if votes else ""]
+    parts += [f"the label prior {EXACT.epsilon(priors, delta):.4g}" if priors else ""]
+    return (
+        f"the planned releases spend epsilon={spent:.4g} together, over the budget epsilon={epsilon:g} "
+        f"({'; '.join(p for p in parts if p)} on their own): lower --label-prior-share or raise --epsilon"
+    )
