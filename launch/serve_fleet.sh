@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Start a fleet of `vllm serve` processes from a fleet file (see launch/README.md):
+# Deploy a fleet file's PLMs to a Ray cluster with Ray Serve (see launch/README.md):
 #
-#   launch/serve_fleet.sh [FLEET.toml] [--dir DIR] [--wait SECONDS]
+#   launch/serve_fleet.sh [FLEET.toml] [--ray-address ADDR] [--dir DIR] [--wait SECONDS]
 #
-# A thin wrapper of `wasp-vllm fleet up` (default file: launch/fleet.example.toml). Prints the
-# `--plms` value on stdout; DIR (default launch/fleet-state) holds fleet.json, logs/, plms.txt and
-# run.yaml. Stop the fleet with launch/stop_fleet.sh [--dir DIR].
+# A thin wrapper of `wasp-vllm fleet up` (default file: launch/fleet.example.toml). The cluster must be
+# running (`ray start --head` on one box). Prints the `--plms` value on stdout; DIR (default
+# launch/fleet-state) holds fleet.json, plms.txt and run.yaml. Remove the PLMs with
+# launch/stop_fleet.sh [--dir DIR].
 set -euo pipefail
 python_bin="${PYTHON:-python3}"
 if [[ -z "${PYTHON:-}" && -x .venv/bin/python ]]; then

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Stop the fleet started by launch/serve_fleet.sh (`wasp-vllm fleet up`):
+# Remove the PLMs deployed by launch/serve_fleet.sh (`wasp-vllm fleet up`):
 #
-#   launch/stop_fleet.sh [--dir DIR] [--timeout SECONDS]
+#   launch/stop_fleet.sh [--dir DIR] [--ray-address ADDR]
 #
-# A thin wrapper of `wasp-vllm fleet down`: SIGTERM to the process group of every server recorded
-# in DIR/fleet.json (the server and the engine processes it spawned, nothing else), SIGKILL to what
-# is left after --timeout seconds (default 60). Logs stay in DIR/logs.
+# A thin wrapper of `wasp-vllm fleet down`: deletes the Ray Serve application recorded in
+# DIR/fleet.json (Ray stops its replicas). The cluster keeps running: `ray stop` ends it.
 set -euo pipefail
 python_bin="${PYTHON:-python3}"
 if [[ -z "${PYTHON:-}" && -x .venv/bin/python ]]; then

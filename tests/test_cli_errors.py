@@ -143,15 +143,20 @@ def _bad_input_cases(tmp: Path) -> list[tuple[str, dict, str]]:
         (
             "null-text",
             {"private": str(write_csv(tmp / "nulls.csv", [*rows, ("", "positive")]))},
-            "1 of 31 records have a null or empty text",
+            "nulls.csv: a record has a null or empty text in column 'text'; fix or remove such records",
         ),
         (
             "labels-not-in-task",
             {"private": str(write_csv(tmp / "l.csv", [*rows, ("odd one", "spam")]))},
-            "1 of 31 records have a label in column 'label' that is not a label of task 'drugs'",
+            "a record has a label in column 'label' that is not a label of task 'drugs'",
         ),
         ("unknown-task", {"task": "no-such-task"}, "no-such-task"),
-        ("m-below-q", {"m": "5", "q": "8", "n": "300", "s": "2"}, "fewer records than q=8"),
+        ("m-below-q", {"m": "5", "q": "8", "n": "300", "s": "2"}, "--m 5 draws fewer records than q=8"),
+        (
+            "private-label-prior-with-parties",
+            {"label_prior": "private", "parties": "3"},
+            "label_prior=private cannot be used with parties",
+        ),
         ("s-larger-than-pools", {"s": "50"}, "s=50 is larger than any pool"),
         ("epsilon-zero", {"epsilon": "0"}, "epsilon: Input should be greater than 0"),
         ("epsilon-negative", {"epsilon": "-1"}, "epsilon: Input should be greater than 0"),
@@ -211,6 +216,22 @@ def test_bad_config_file(env, name, text, expected):
     path.write_text(text)
     assert_refused(invoke(base, config=str(path)), expected)
     assert_nothing_written(out)
+
+
+def test_a_private_label_prior_with_parties_is_refused_from_a_file_and_from_python(env):
+    """It would pool every party's exact labels on the server (issue 21, item 4): refused however
+    it is asked for (the command line is a case of test_every_bad_input_is_one_clear_line)."""
+    import wasp_vllm
+    from wasp_vllm.config import ConfigError
+
+    tmp, base, out = env
+    path = tmp / "run.toml"
+    path.write_text('label_prior = "private"\nparties = 3\n')
+    assert_refused(invoke(base, config=str(path)), "label_prior=private cannot be used with parties")
+    with pytest.raises(ConfigError, match="label_prior=private cannot be used with parties"):
+        wasp_vllm.generate(base["--private"], out=out, plms=["a", "b"], label_prior="private", parties=3)
+    assert_nothing_written(out)
+    assert RunConfig(parties=3).label_prior == "uniform"  # 'auto' resolves to uniform with parties
 
 
 def test_missing_config_file(env):

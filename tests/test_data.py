@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -158,7 +159,7 @@ def test_missing_columns_list_available(tmp_path, imdb):
         load_private(str(path), imdb, text_col="body", label_col="sentiment", attribute_col="genre")
 
 
-def test_null_and_empty_texts_are_counted(tmp_path, imdb):
+def test_null_and_empty_texts_are_refused_without_a_count(tmp_path, imdb):
     records = [
         {"text": CANARY, "label": "positive"},
         {"text": "   ", "label": "negative"},
@@ -166,31 +167,32 @@ def test_null_and_empty_texts_are_counted(tmp_path, imdb):
         {"text": "", "label": "negative"},
     ]
     path = _write(tmp_path / "d.jsonl", records, "jsonl")
-    with pytest.raises(DataError, match="3 of 4 records have a null or empty text") as err:
+    with pytest.raises(DataError, match="a record has a null or empty text") as err:
         load_private(str(path), imdb)
     _assert_private_error(err)
+    assert not re.search(r"\d", str(err.value).replace(str(path), ""))  # no count of any kind
 
 
-def test_unknown_labels_counted_not_quoted(tmp_path, imdb):
+def test_unknown_labels_neither_counted_nor_quoted(tmp_path, imdb):
     records = [
         {"text": "ok", "label": "positive"},
         {"text": "x", "label": CANARY},
         {"text": "y", "label": None},
     ]
     path = _write(tmp_path / "d.parquet", records, "parquet")
-    with pytest.raises(DataError, match="2 of 3 records") as err:
+    with pytest.raises(DataError, match="a record has a label") as err:
         load_private(str(path), imdb)
     assert "positive" in str(err.value) and "negative" in str(err.value)
     _assert_private_error(err)
 
 
-def test_missing_user_ids_counted(tmp_path, imdb):
+def test_missing_user_ids_refused_without_a_count(tmp_path, imdb):
     records = [
         {"text": "ok", "label": "positive", "user": "a"},
         {"text": "x", "label": "negative", "user": None},
     ]
     path = _write(tmp_path / "d.jsonl", records, "jsonl")
-    with pytest.raises(DataError, match="1 of 2 records have no user id"):
+    with pytest.raises(DataError, match="a record has no user id"):
         load_private(str(path), imdb, user_col="user")
 
 
@@ -219,17 +221,21 @@ def test_repr_shows_counts_not_texts(imdb):
 @needs_drugs
 def test_drugs_loads():
     task = get_task("drugs")
-    train = load_private("drugs", task)
+    train = load_private("drugs:train", task)
     test = load_test("drugs", task)
     # The TSVs have 840 / 495 physical lines; reviews span several lines, and the
     # parsed files hold 600 / 379 records.
     assert (len(train), len(test)) == (600, 379)
+    # A plain 'drugs' private set is the fit split: the train split minus the validation records
+    # the defaults were chosen on (issue 21, item 9), as the demo's default --private reads it.
+    fit, validation = load_private("drugs", task), load_private("drugs:validation", task)
+    assert len(fit) + len(validation) == 600 and not set(fit.texts) & set(validation.texts)
     assert train.label_names == ["positive", "neutral", "negative"]
     assert train.label_counts().tolist() == [385, 54, 161]
     assert test.label_counts().tolist() == [248, 36, 95]
     assert train.attributes is not None and "Birth Control" in train.attributes
     assert not any(t.startswith('"') or "&#039;" in t for t in train.texts)
-    limited = load_private("drugs", task, limit=100, seed=3)
+    limited = load_private("drugs:train", task, limit=100, seed=3)
     assert len(limited) == 100 and limited.label_counts().min() >= 1
 
 

@@ -107,6 +107,9 @@ def test_embedders_data_faiss_and_chromium_rows(monkeypatch, tmp_path):
         "huggingface-cli download sentence-transformers/sentence-t5-base" in rows["sentence-t5-base"].detail
     )
     assert doctor.data_row().status in (OK, MISSING)
+    data = by_key(doctor.data_rows())  # one row per built-in set; the Makefile installs them all
+    assert set(data) == {"drugs", "rotten_tomatoes", "imdb", "tweets", "trec"}
+    assert all(r.status == OK for r in data.values()), [r.detail for r in data.values()]
     faiss = by_key(doctor.faiss_rows())
     assert faiss["faiss"].status == OK and faiss["faiss-gpu"].status in (OK, MISSING)
     absent = by_key(doctor.chromium_rows(tmp_path / "chromium"))
@@ -141,7 +144,7 @@ def test_the_command_prints_one_table_and_exits_0_here(monkeypatch):
     result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     for component in ("torch", "GPU (CUDA)", "vllm engine", "hf engine (transformers)", "PLM smollm2",
-                      "PLM flant5", "embedder sentence-t5-base", "built-in data set 'drugs'", "FAISS (CPU)",
+                      "PLM flant5", "embedder sentence-t5-base", "built-in data set 'drugs'", "FAISS",
                       "Chromium (report test)"):  # fmt: skip
         assert component in result.output
     assert "can generate here" in result.output

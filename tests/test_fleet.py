@@ -1,72 +1,26 @@
-"""The fleet without vLLM: the fleet file, the server commands, and start/status/down on stand-ins.
+"""The fleet without a cluster: the fleet file, the Ray Serve LLM configs built from it, the CLI's errors.
 
-The stand-in server is a few lines of Python that spawns a child of its own (as ``vllm serve``
-spawns its engine process) and answers ``/health``; what is checked is the process handling:
-each server leads its own process group, ``down`` ends the whole group and nothing else, a server
-that dies while starting is reported with its log and the others are stopped.  The real servers
-(vllm-cpu, packaged models) are in ``test_served.py``.
+The real deployments (a local Ray cluster on 127.0.0.1, the packaged models on vllm-cpu) are in
+``test_ray.py``; the plain OpenAI-endpoint path against servers a user runs is in ``test_served.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from wasp_vllm import fleet
-from wasp_vllm import process_groups as pg
+from wasp_vllm import fleet, ray_fleet
 from wasp_vllm.cli import app
 from wasp_vllm.engines.registry import parse_plm
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "launch" / "fleet.example.toml"
-
-STAND_IN = textwrap.dedent(
-    """
-    import http.server, subprocess, sys
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    print("stand-in up, child", child.pid, flush=True)
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200 if self.path == "/health" else 404)
-            self.end_headers()
-        def log_message(self, *a):
-            pass
-    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-    """
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def stand_in(tmp_path: Path, name: str, replica: int = 0, code: str = STAND_IN) -> fleet.Server:
-    port = free_port()
-    return fleet.Server(
-        plm=name, replica=replica, host="127.0.0.1", port=port, gpu=None,
-        cmd=[sys.executable, "-c", code, str(port)], env={},
-        log=str(tmp_path / "logs" / f"{name}-{replica}.log"),
-        url=f"http://127.0.0.1:{port}/v1", health=f"http://127.0.0.1:{port}/health",
-    )  # fmt: skip
-
-
-@pytest.fixture()
-def model_dir(tmp_path: Path) -> Path:
-    """A model directory as resolve_plm accepts one (no weights are read: nothing starts)."""
-    d = tmp_path / "tiny-model"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    (d / "model.safetensors").write_bytes(b"")
-    return d
 
 
 def write_fleet(tmp_path: Path, text: str) -> Path:
@@ -75,26 +29,45 @@ def write_fleet(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_the_example_fleet_file_reads_with_ports_counted_up_and_run_settings():
+def said(result) -> str:
+    """What the command printed, with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_example_fleet_file_reads_with_its_ray_table_and_run_settings():
     f = fleet.read_fleet(EXAMPLE)
-    assert [(p.name, p.model, p.ports) for p in f.plms] == [
-        ("smollm2", "smollm2", (8100, 8101)),
-        ("gemma3", "gemma3", (8102,)),
+    assert [(p.name, p.model, p.replicas) for p in f.plms] == [
+        ("smollm2", "smollm2", 2),
+        ("gemma3", "gemma3", 1),
     ]
-    assert (f.host, f.device, f.wait_s) == ("127.0.0.1", "auto", 900.0)
+    assert f.ray == fleet.RayTable(address="auto", app="wasp", host="127.0.0.1", port=8000, wait_s=900.0)
     assert f.run["n"] == 6000 and "plms" not in f.run
+    assert fleet.plms_value(f) == "smollm2@http://127.0.0.1:8000/v1,gemma3@http://127.0.0.1:8000/v1"
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("[[plm]]\nname='a'\nport=1\n", "unknown key"),
-        ("[[plm]]\nname='a'\nports=[1]\n[[plm]]\nname='b'\nports=[1]\n", "each PLM name and each port"),
+        ("[[plm]]\nname='a'\n[[plm]]\nname='a'\n", "each PLM name may appear once"),
         ("[[plm]]\nname='a@b'\n", "without '@'"),
-        ("[[plm]]\nname='a'\nreplicas=2\nports=[1]\n", "match the number of ports"),
+        ("[[plm]]\nname='a'\nreplicas=0\n", "replicas must be > 0"),
+        ("[[plm]]\nname='a'\nmin_replicas=1\n", "give both min_replicas and max_replicas"),
+        ("[[plm]]\nname='a'\nmin_replicas=3\nmax_replicas=2\n", "0 <= min <= max"),
+        ("[[plm]]\nname='a'\nreplicas=2\nmin_replicas=1\nmax_replicas=2\n", "not both"),
+        ("[[plm]]\nname='a'\nengine_kwargs={model='x'}\n", "may not set model"),
         ("[[plm]]\nname='a'\n[run]\nplms=['x']\n", "leave plms out"),
-        ("[fleet]\ndevice='tpu'\n[[plm]]\nname='a'\n", "device must be"),
-        ("[fleet]\n", "no [[plm]] entry"),
+        ("[ray]\ndevice='tpu'\n[[plm]]\nname='a'\n", "device must be"),
+        ("[ray]\nport=70000\n[[plm]]\nname='a'\n", "port must be"),
+        ("[ray]\nadress='x'\n[[plm]]\nname='a'\n", "unknown key"),
+        ("[fleet]\nhost='x'\n[[plm]]\nname='a'\n", "[fleet] is gone"),
+        ("[ray]\n", "no [[plm]] entry"),
         ("[[plm]]\nname='a'\nmax_model_len='big'\n", "wrong type"),
         ("[[plm]\n", "not valid TOML"),
     ],
@@ -104,118 +77,88 @@ def test_a_wrong_fleet_file_is_refused_with_a_reason(tmp_path, text, message):
         fleet.read_fleet(write_fleet(tmp_path, text))
 
 
-def test_cpu_servers_get_the_cpu_flags_and_the_plms_value_parses_back(tmp_path, model_dir):
-    f = fleet.read_fleet(write_fleet(tmp_path, f"""
-        [fleet]
-        base_port = 9000
-        [[plm]]
-        name = "tiny"
-        model = "{model_dir}"
-        replicas = 2
-        kv_cache_gib = 3
-        max_model_len = 1024
-        extra_args = ["--max-num-seqs", "8"]
-    """))  # fmt: skip
-    servers = fleet.plan(f, tmp_path / "state", on_gpu=False)
-    assert [s.port for s in servers] == [9000, 9001]
-    cmd, env = servers[0].cmd, servers[0].env
-    assert cmd[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    assert cmd[cmd.index("--model") + 1] == str(model_dir)
-    assert cmd[cmd.index("--served-model-name") + 1] == "tiny" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
-    assert "--no-enable-chunked-prefill" in cmd and "--enforce-eager" in cmd
-    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "8192" and cmd[-2:] == ["--max-num-seqs", "8"]
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "3"} and "--gpu-memory-utilization" not in cmd
-    value = fleet.plms_value(servers)
-    assert value == "tiny@http://127.0.0.1:9000/v1|http://127.0.0.1:9001/v1"
-    assert parse_plm(value) == ("tiny", ["http://127.0.0.1:9000/v1", "http://127.0.0.1:9001/v1"])
+def test_a_cpu_plm_gets_the_in_process_engine_s_cpu_flags_and_its_replicas():
+    entry = fleet.PLMEntry(name="tiny", model="tiny", replicas=2, num_cpus=1.5, kv_cache_gib=3,
+                           max_model_len=1024, engine_kwargs={"max_num_seqs": 8}, env={"X": "1"})  # fmt: skip
+    cfg = fleet.llm_config(entry, "/models/tiny", on_gpu=False)
+    assert cfg["model_loading_config"] == {"model_id": "tiny", "model_source": "/models/tiny"}
+    assert cfg["accelerator_config"] == {"kind": "cpu"} and "accelerator_type" not in cfg
+    assert cfg["deployment_config"] == {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0}}
+    assert cfg["placement_group_config"] == {"bundles": [{"CPU": 1.5}], "strategy": "PACK"}
+    engine = cfg["engine_kwargs"]
+    assert engine["enforce_eager"] is True and engine["enable_chunked_prefill"] is False
+    assert engine["max_num_batched_tokens"] == 8192 and engine["max_model_len"] == 1024
+    assert engine["enable_prefix_caching"] is True and engine["max_num_seqs"] == 8
+    assert "gpu_memory_utilization" not in engine
+    assert cfg["runtime_env"]["env_vars"] == {"HF_HUB_OFFLINE": "1", "X": "1", "VLLM_CPU_KVCACHE_SPACE": "3"}
 
 
-def test_gpu_servers_are_pinned_split_a_shared_card_and_start_one_after_the_other(tmp_path, model_dir):
-    f = fleet.read_fleet(write_fleet(tmp_path, f"""
-        [fleet]
+def test_a_gpu_plm_gets_tensor_parallel_bundles_a_card_share_and_autoscaling_bounds():
+    entry = fleet.PLMEntry(name="big", model="big", min_replicas=1, max_replicas=4, tensor_parallel_size=2,
+                           num_gpus=0.5, accelerator_type="H100")  # fmt: skip
+    cfg = fleet.llm_config(entry, "org/big", on_gpu=True)
+    assert cfg["deployment_config"]["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4}
+    assert "num_replicas" not in cfg["deployment_config"]
+    assert cfg["placement_group_config"]["bundles"] == [{"GPU": 0.5}, {"GPU": 0.5}]
+    assert cfg["engine_kwargs"]["tensor_parallel_size"] == 2
+    assert cfg["engine_kwargs"]["gpu_memory_utilization"] == 0.45  # 0.9 of its half card
+    assert "enforce_eager" not in cfg["engine_kwargs"] and cfg["accelerator_type"] == "H100"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in cfg["runtime_env"]["env_vars"]
+
+
+def test_ray_serve_llm_accepts_the_configs_as_they_are():
+    llm = pytest.importorskip("ray.serve.llm")
+    cpu = llm.LLMConfig(
+        **fleet.llm_config(fleet.PLMEntry(name="a", model="a", replicas=2), "/m/a", on_gpu=False)
+    )
+    assert cpu.model_id == "a" and cpu.accelerator_config.kind == "cpu"
+    gpu = fleet.PLMEntry(name="b", model="b", tensor_parallel_size=2, accelerator_type="H100")
+    assert llm.LLMConfig(**fleet.llm_config(gpu, "org/b", on_gpu=True)).accelerator_config.kind == "gpu"
+
+
+def test_model_sources_a_preset_s_hub_id_a_directory_or_the_name_as_given(tmp_path):
+    assert fleet.model_source("llama2") == "meta-llama/Llama-2-7b-chat-hf"  # each node loads it itself
+    assert fleet.model_source(str(tmp_path)) == str(tmp_path.resolve())
+    assert fleet.model_source("org/model") == "org/model" and fleet.model_source("s3://b/m") == "s3://b/m"
+    with pytest.raises(fleet.FleetError, match="encoder-decoder"):
+        fleet.model_source("flant5")
+
+
+def test_the_plms_value_names_every_plm_at_the_one_serve_route_and_parses_back(tmp_path):
+    f = fleet.read_fleet(write_fleet(tmp_path, """
+        [ray]
         host = "0.0.0.0"
-        public_host = "gpu-a"
+        public_host = "head"
+        port = 8100
         [[plm]]
         name = "a"
-        model = "{model_dir}"
-        replicas = 2
-        gpus = [0, 1]
         [[plm]]
         name = "b"
-        model = "{model_dir}"
-        gpu = 1
     """))  # fmt: skip
-    servers = fleet.plan(f, tmp_path / "state", on_gpu=True)
-    assert [(s.plm, s.gpu, s.env.get("CUDA_VISIBLE_DEVICES")) for s in servers] == [
-        ("a", 0, "0"), ("a", 1, "1"), ("b", 1, "1"),
-    ]  # fmt: skip
-    shares = [s.cmd[s.cmd.index("--gpu-memory-utilization") + 1] for s in servers]
-    assert shares == ["0.900", "0.450", "0.450"]  # GPU 1 is shared by two servers
-    assert (
-        "--no-enable-chunked-prefill" not in servers[0].cmd and "VLLM_CPU_KVCACHE_SPACE" not in servers[0].env
+    value = fleet.plms_value(f)
+    assert value == "a@http://head:8100/v1,b@http://head:8100/v1"
+    assert [parse_plm(s) for s in value.split(",")] == [
+        ("a", ["http://head:8100/v1"]),
+        ("b", ["http://head:8100/v1"]),
+    ]
+
+
+def test_fleet_up_refuses_an_address_nothing_listens_at_quickly_and_plainly(tmp_path):
+    pytest.importorskip("ray.serve")
+    runner = CliRunner()
+    started = time.monotonic()
+    port = free_port()
+    result = runner.invoke(
+        app, ["fleet", "up", str(EXAMPLE), "--dir", str(tmp_path), "--ray-address", f"127.0.0.1:{port}"]
     )
-    assert servers[0].url == "http://gpu-a:8100/v1" and servers[0].health == "http://127.0.0.1:8100/health"
-    assert [[s.plm for s in w] for w in fleet._waves(servers, on_gpu=True)] == [["a", "a"], ["b"]]
-
-
-def test_start_status_down_stop_each_server_s_whole_process_group(tmp_path):
-    state = tmp_path / "state"
-    servers = [stand_in(tmp_path, "a", 0), stand_in(tmp_path, "a", 1), stand_in(tmp_path, "b")]
-    fleet.start(servers, state, wait_s=60, run={"n": 24})
-    try:
-        groups = {s.pid: pg.group_members(s.pid) for s in servers if s.pid}
-        assert len(groups) == 3 and all(len(m) >= 2 for m in groups.values())  # server + its child
-        assert all(os.getpgid(pid) == pid for pid in groups)  # each leads its own group
-        assert os.getpgid(0) not in groups  # and none is ours
-        rows = fleet.status(state)
-        assert [(r["plm"], r["replica"], r["running"], r["healthy"]) for r in rows] == [
-            ("a", 0, True, True), ("a", 1, True, True), ("b", 0, True, True),
-        ]  # fmt: skip
-        plms = (state / "plms.txt").read_text().strip()
-        assert plms == fleet.plms_value(servers) and plms.count("|") == 1
-        assert "plms:" in (state / "run.yaml").read_text() and "n: 24" in (state / "run.yaml").read_text()
-    finally:
-        stopped = fleet.down(state, timeout_s=20)
-    assert {s.pid for s in stopped} == set(groups)
-    assert all(pg.group_members(pid) == [] for pid in groups)  # nothing of any group is left
-    assert fleet.status(state) == [] and not (state / "fleet.json").exists()
-    assert "stand-in up" in Path(servers[0].log).read_text()  # logs stay
-
-
-def test_a_server_that_dies_while_starting_is_reported_with_its_log_and_the_others_stopped(tmp_path):
-    state = tmp_path / "state"
-    ok = stand_in(tmp_path, "ok")
-    dead = stand_in(tmp_path, "dead", code="print('no such model: boom', flush=True); raise SystemExit(3)")
-    with pytest.raises(fleet.FleetError, match=r"(?s)dead replica 0 .*code 3.*no such model: boom"):
-        fleet.start([ok, dead], state, wait_s=60)
-    assert ok.pid and pg.group_members(ok.pid) == []  # the healthy one was stopped too
-    assert not (state / "fleet.json").exists()
-
-
-def test_start_refuses_a_busy_port_and_a_second_fleet_in_the_same_folder(tmp_path):
-    state = tmp_path / "state"
-    server = stand_in(tmp_path, "a")
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", server.port))
-        busy.listen()
-        with pytest.raises(fleet.FleetError, match=f"port.*{server.port}.*in use"):
-            fleet.start([server], state, wait_s=10)
-    fleet.start([server], state, wait_s=60)
-    try:
-        with pytest.raises(fleet.FleetError, match="already running"):
-            fleet.start([stand_in(tmp_path, "b")], state, wait_s=10)
-    finally:
-        fleet.down(state, timeout_s=20)
-
-
-def test_a_group_whose_pid_was_reused_is_not_touched(tmp_path):
-    pid, started = pg.spawn([sys.executable, "-c", "import time; time.sleep(600)"], {}, tmp_path / "x.log")
-    try:
-        pg.stop_groups([(pid, started + 1)], timeout_s=1)  # another start time: another process
-        assert pg.group_members(pid) == [pid]
-    finally:
-        pg.stop_groups([(pid, started)], timeout_s=10)
-    assert pg.group_members(pid) == []
+    assert result.exit_code == 1 and "no Ray cluster answers at" in said(result)
+    assert time.monotonic() - started < 30
+    for bad, message in (("not-an-address", "is not host:port"), ("local", "ray start --head")):
+        result = runner.invoke(
+            app, ["fleet", "up", str(EXAMPLE), "--dir", str(tmp_path), "--ray-address", bad]
+        )
+        assert result.exit_code == 1 and message in said(result), result.output
+    assert not (tmp_path / "fleet.json").exists()
 
 
 def test_cli_fleet_commands_report_plainly(tmp_path):
@@ -227,6 +170,24 @@ def test_cli_fleet_commands_report_plainly(tmp_path):
     assert result.exit_code == 1 and json.loads(result.stdout) == []
     result = runner.invoke(app, ["fleet", "down", "--dir", str(tmp_path / "s")])
     assert result.exit_code == 0 and "no fleet recorded" in result.output
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "fleet.json").write_text(json.dumps({"version": 1, "servers": []}))
+    result = runner.invoke(app, ["fleet", "down", "--dir", str(old)])
+    assert result.exit_code == 1 and "old process fleet" in said(result)
+
+
+def test_the_recorded_state_holds_the_address_application_and_run_file(tmp_path):
+    ray_fleet.write_state(
+        tmp_path, {"address": "h:6379", "app": "wasp", "plms": "a@http://h:8000/v1"}, {"n": 24}
+    )
+    assert ray_fleet.read_state(tmp_path) == {"version": 2, "address": "h:6379", "app": "wasp",
+                                              "plms": "a@http://h:8000/v1"}  # fmt: skip
+    assert (tmp_path / "plms.txt").read_text().strip() == "a@http://h:8000/v1"
+    assert (
+        "n: 24" in (tmp_path / "run.yaml").read_text()
+        and "- a@http://h:8000/v1" in (tmp_path / "run.yaml").read_text()
+    )
 
 
 def test_the_launch_scripts_call_the_fleet_commands(tmp_path):

@@ -361,6 +361,8 @@ def test_the_cli_draws_hot_pate_noise_from_a_secret_key(tmp_path, monkeypatch):
 
     def spy(*args, noise_rng, **kwargs):
         seen.append(noise_rng.bit_generator.seed_seq.entropy)
+        keys = list(tmp_path.glob("*/private/noise.key"))  # this run's key only: the last one is gone
+        assert [k.stat().st_mode & 0o777 for k in keys] == [0o600]
         return hotpate.pa.Table.from_pylist([], schema=hotpate.SCHEMA), {"records_written": 0}
 
     monkeypatch.setattr(hotpate, "run_hotpate", spy)
@@ -372,7 +374,6 @@ def test_the_cli_draws_hot_pate_noise_from_a_secret_key(tmp_path, monkeypatch):
         argv = ["hotpate", "--private", str(private), "--seed", "0", "--out", str(tmp_path / out)]
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 0, result.output
-        key = tmp_path / out / "private" / "noise.key"
-        assert key.stat().st_mode & 0o777 == 0o600
-        assert key.read_text() not in (tmp_path / out / "manifest.json").read_text()
+        # Hot PATE never resumes: its noise key is deleted when the run ends (issue 21, item 7)
+        assert not (tmp_path / out / "private" / "noise.key").exists()
     assert seen[0] != seen[1] and min(seen) >= 2**192  # same public seed, different secret noise

@@ -76,7 +76,7 @@ def test_teachers_per_label_follow_the_public_m_never_the_label_counts():
         seen.append([])
         run_hotpate(texts, labels, ["good", "bad"], n_samples=2, epsilon=2.0, delta=1e-5, requested_m=60,
                     records_per_teacher=3, max_tokens=3, source_factory=_stub_factory(seen[-1]))  # fmt: skip
-    assert seen[0] == seen[1] == [11, 1, 11, 1]  # ceil(60 / 6) teachers + public; the public prompt alone
+    assert seen[0] == seen[1] == [1, 10, 1, 10]  # the public prompt alone, then ceil(60 / 6) teachers
 
 
 def test_an_empty_teacher_gets_the_public_prompt():
@@ -163,7 +163,7 @@ def test_after_the_budget_the_public_prompt_alone_generates():
     table, rep = run_hotpate(texts, labels, ["good", "bad"], n_samples=10, epsilon=2.0, delta=1e-5,
                              teachers=16, max_tokens=6, sigma=2.0, threshold=4.0,
                              source_factory=_stub_factory(seen))  # fmt: skip
-    assert seen == [17, 1, 17, 1] and table.num_rows == 10 and rep["budget_exhausted"]
+    assert seen == [1, 16, 1, 16] and table.num_rows == 10 and rep["budget_exhausted"]
     assert rep["tokens_fallback_by_reason"]["budget"] > 0
 
 

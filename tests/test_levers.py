@@ -176,9 +176,20 @@ def test_label_agreement_with_a_reference_set(tmp_path):
     private = str(tmp_path / "p.csv")
     report = evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), private, "drugs",
                                 embedder=HashEmbedderForTests(), reference=private)  # fmt: skip
-    agreement = report["label_agreement"]
+    # The reference may hold private records (here it is the private file): the figure, an
+    # un-noised statistic of it, is the operator's unless the reference is declared public.
+    assert "label_agreement" not in report
+    agreement = report["operator_only"]["label_agreement"]
     assert 0.0 <= agreement["overall"] <= 1.0 and agreement["n"] == 90
-    assert set(agreement["per_label"]) == set(LABELS)
+    assert set(agreement["per_label"]) == set(LABELS) and agreement["reference_public"] is False
+    public = evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), private, "drugs",
+                                embedder=HashEmbedderForTests(), reference=private,
+                                reference_public=True)  # fmt: skip
+    assert public["label_agreement"]["overall"] == agreement["overall"] and "operator_only" not in public
+    with pytest.raises(ValueError, match="overlaps the private set"):  # declared public, yet private
+        evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), private, "drugs",
+                           embedder=HashEmbedderForTests(), reference=private, reference_public=True,
+                           private_source=private)  # fmt: skip
 
 
 def test_the_exact_accountant_composes_prior_and_votes(tmp_path):

@@ -225,7 +225,7 @@ MUTANTS = {
     "noise-seed-in-config-fingerprint": Mutant(
         "the config fingerprint hashes the noise seed (brute-forceable when small)",
         "wasp_vllm/config.py",
-        ((', "sleep_mode", "noise_seed")', ', "sleep_mode")'),),
+        (('"sleep_mode", "noise_seed",', '"sleep_mode",'),),
         (f"{NOISE}::test_the_config_fingerprint_does_not_hash_the_noise_seed",),
     ),
     "noise-cut-by-sqrt-2": Mutant(

@@ -8,7 +8,6 @@ noise, the ledger and the store are the real ones.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +99,8 @@ def test_noise_key_is_secret_private_and_read_back_on_resume(tmp_path):
 
     engines: dict = {}
     manifest = run(cfg, out, engines, resume=True)
-    assert store.key_path.read_text() == key  # read back, not made again
+    # read back, not made again (a new key fails the state's check value), then deleted at the end
+    assert not store.key_path.exists()
     # the resumed run generated rounds 1 and 2 only: never a zero-shot (round 0) prompt again
     prompts = [p for e in engines.values() for p in e.prompts]
     assert prompts and not any(p.startswith("A patient's review") for p in prompts)
@@ -109,7 +109,8 @@ def test_noise_key_is_secret_private_and_read_back_on_resume(tmp_path):
     # an uninterrupted run with the same key writes the same bytes: the resumed noise is that key's
     same_key = tmp_path / "same-key"
     (same_key / "private").mkdir(parents=True)
-    shutil.copy(store.key_path, same_key / "private" / "noise.key")
+    (same_key / "private" / "noise.key").write_text(key)
+    (same_key / "private" / "noise.key").chmod(0o600)
     run(cfg, same_key, resume=True)  # nothing to resume: a fresh run that finds its key
     assert (same_key / "synthetic.parquet").read_bytes() == (out / "synthetic.parquet").read_bytes()
 
@@ -122,9 +123,8 @@ def test_a_new_key_per_run_and_a_fixed_seed_voids_the_guarantee(tmp_path):
     private = write_private(tmp_path / "p.csv")
     first = run(config(private), tmp_path / "one")
     run(config(private), tmp_path / "two")
-    assert (tmp_path / "one/private/noise.key").read_text() != (
-        tmp_path / "two/private/noise.key"
-    ).read_text()
+    checks = [RunStore(tmp_path / d).load_state().noise_key_check for d in ("one", "two")]
+    assert None not in checks and checks[0] != checks[1]  # the keys themselves are gone
     assert not first["privacy"]["epsilon_void"] and "DP" in first["privacy"]["guarantee"]
     fixed = run(config(private, noise_seed=7), tmp_path / "fixed")
     assert fixed["privacy"]["epsilon_void"] and fixed["privacy"]["guarantee"].startswith("VOID")

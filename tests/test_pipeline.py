@@ -198,8 +198,8 @@ def test_private_text_never_leaves(tmp_path, private_csv, embedder, caplog):
 def test_settings_that_cannot_work_are_refused(private_csv):
     with pytest.raises(ConfigError, match="too small"):
         prepare(make_cfg(private_csv, n=5))
-    with pytest.raises(ConfigError, match="fewer records than q"):
-        prepare(make_cfg(private_csv, q=31, n=300))
+    with pytest.raises(ConfigError, match="draws fewer records than q"):  # decided on the public --m
+        prepare(make_cfg(private_csv, q=31, n=300, private_limit=30))
     with pytest.raises(ConfigError, match="s=50"):
         prepare(make_cfg(private_csv, s=50))
 

@@ -43,3 +43,39 @@ def test_quick_quality_benchmark_scores_every_method(tmp_path):
     assert "| WASP |" in table and "| Aug-PE (smollm2) |" in table
     assert (out / "q_accuracy.png").stat().st_size > 1000
     assert (out / "q_fid_rounds.png").stat().st_size > 1000
+
+
+def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
+    """`benchmarks/quality_tasks.py --quick`: tweets and trec, N=24, T=2, one seed; a second
+    invocation reuses every finished run and runs nothing."""
+    out, work = tmp_path / "results", tmp_path / "runs"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "quality_tasks.py"), "--quick"]
+    cmd += ["--out", str(out), "--work", str(work), "--name", "t"]
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    payload = json.loads((out / "t.json").read_text())
+    assert payload["finished"] and not payload["skipped"] and not payload["reused"]
+    methods = {"only-private", "fusegen", "aug-pe:smollm2", "wasp"}
+    assert set(payload["tasks"]) == {"tweets", "trec"}
+    for task, per in payload["tasks"].items():
+        assert set(per) == methods, task
+        for key, scores in per.items():
+            assert scores["seeds"] == [0] and 0.0 <= scores["macro_f1"][0] <= 1.0, (task, key)
+            assert 0.0 <= scores["accuracy"][0] <= 1.0
+        assert 0.0 <= per["wasp"]["label_agreement"][0] <= 1.0 and math.isfinite(per["wasp"]["fid"][0])
+        rounds = payload["rounds"][task]["wasp"]
+        assert {(e["round"], e["plm"]) for e in rounds} == {
+            (t, p) for t in (0, 1) for p in ("smollm2", "gemma3")
+        }
+        assert all(0.0 <= e["junk_share"] <= 1.0 for e in rounds if e["n"])
+    assert set(payload["average"]) == methods
+    assert len(payload["paired"]["average"]["wasp − fusegen"]["macro_f1"]["diffs"]) == 1
+    assert "| WASP |" in (out / "t.md").read_text()
+    assert (out / "t.png").stat().st_size > 1000 and (out / "t_junk.png").stat().st_size > 1000
+
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = json.loads((out / "t.json").read_text())
+    assert second["ran"] == [] and len(second["reused"]) == 8
+    assert second["tasks"] == payload["tasks"]

@@ -136,7 +136,8 @@ def test_corrupted_checkpoints_are_detected(tmp_path):
     """Checksums in state.json cover itself and every round file; a keyed check value the noise key."""
     cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), noise_seed=None))
     out = tmp_path / "out"
-    run_in_process(cfg, out)
+    with pytest.raises(_Killed):  # killed in round 2: its noise key is still needed and kept
+        run_in_process(cfg, out, {"a": _DiesInRound(2, "a"), "b": FakeEngineForUnitTests("b")})
     private = out / "private"
     key = private / "noise.key"
     checked = [
@@ -168,7 +169,27 @@ def test_corrupted_checkpoints_are_detected(tmp_path):
     with pytest.raises(CheckpointError, match=r"noise\.key is missing"):
         run_in_process(cfg, out, resume=True)
     key.write_bytes(files[key])
+    key.chmod(0o644)  # as a plain copy with the usual umask leaves it
+    with pytest.raises(ValueError, match=r"noise key is accessible to other users \(mode 644\)"):
+        run_in_process(cfg, out, resume=True)
+    key.chmod(0o600)
     run_in_process(cfg, out, resume=True)  # intact again: resumes
+    assert not key.exists()  # and, finished, deletes the key
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing in the pipeline may catch it."""
+
+
+class _DiesInRound(FakeEngineForUnitTests):
+    def __init__(self, round_index: int, name: str) -> None:
+        super().__init__(name)
+        self.round_index = round_index
+
+    def generate(self, prompts, seeds, params):
+        if self.calls >= self.round_index:  # one call per round
+            raise _Killed
+        return super().generate(prompts, seeds, params)
 
 
 # --- failing engines -----------------------------------------------------------------------------

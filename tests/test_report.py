@@ -72,7 +72,7 @@ def test_the_page_shows_rounds_labels_privacy_and_samples(run):
     page = out / "report" / "index.html"
     html = page.read_text()
     manifest = json.loads((out / "manifest.json").read_text())
-    assert sections(html) == ["privacy", "rounds", "labels", "rejects", "samples", "sharing"]
+    assert sections(html) == ["privacy", "rounds", "labels", "rejects", "work", "samples", "sharing"]
     ledger, plan = manifest["privacy"]["ledger"], manifest["privacy"]["plan"]
     assert plan["prior_sigma"] is not None  # the default run pays for a label prior too
     for value in (ledger["epsilon_spent"], plan["sigma"], plan["sensitivity"], plan["prior_sigma"]):
@@ -215,7 +215,7 @@ def test_the_page_renders_in_a_real_browser(run, tmp_path, monkeypatch, operator
     seen = open_in_chromium(folder / "index.html", tmp_path / "shot.png")
     assert not [m for m in seen["console"] if m[0] == "error"], seen["console"]
     assert seen["errors"] == []
-    expected = {"weights.png", "labels.png"} | ({"fid.png"} if operator else set())
+    expected = {"weights.png", "labels.png", "work.png"} | ({"fid.png"} if operator else set())
     assert {src for src, _, _ in seen["images"]} == expected
     assert all(done and width > 0 for _, done, width in seen["images"]), seen["images"]
     assert all(url.startswith("file://") for url in seen["requests"]), seen["requests"]

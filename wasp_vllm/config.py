@@ -45,9 +45,17 @@ class RunConfig(BaseModel):
     task: str = setting("drugs", "Task name (see `wasp-vllm tasks`) or a task TOML/YAML file.", WHAT)
     n: int = setting(300, "Total number of synthetic samples.", WHAT, flag="--n", ge=1)
     rounds: int = setting(5, "Rounds T; the private data votes in the first T-1.", WHAT, ge=1)
+    license: str = setting(
+        "other", "Licence of the synthetic data set, written in its card (README.md): a Hugging Face "
+        "licence id such as cc-by-4.0, apache-2.0 or mit. 'other' until you choose one: the PLMs' own "
+        "licences may restrict their outputs.", WHAT, pattern=r"^[a-z0-9][a-z0-9.+-]*$",
+    )  # fmt: skip
     # private data
     private: str = setting(
-        "drugs", "Private data: a csv/tsv/jsonl/parquet file, or 'drugs' (built-in).", DATA
+        "drugs",
+        "Private data: a csv/tsv/jsonl/parquet file, or 'drugs' (built-in: its 'fit' split, the "
+        "train records that no default was chosen on).",
+        DATA,
     )
     private_limit: int | None = setting(
         100, "Use M records of the private file: the M of smallest keyed hash, so one record more or "
@@ -207,6 +215,13 @@ class RunConfig(BaseModel):
             raise ValueError(f"n={self.n} is smaller than rounds={self.rounds}")
         if self.label_prior == "private" and self.accountant != "exact":
             raise ValueError("label_prior=private needs the exact accountant (it splits the budget in mu^2)")
+        if self.label_prior == "private" and self.parties is not None:
+            # The prior's histogram would pool every party's exact labels on the server, which the
+            # federated guarantee (secure aggregation reveals only noisy sums) rules out.
+            raise ValueError(
+                "label_prior=private cannot be used with parties: it would pool the parties' exact "
+                "labels in one place; use label_prior=uniform (or auto) with --parties"
+            )
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "
@@ -226,8 +241,10 @@ class RunConfig(BaseModel):
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
-#: Settings a resumed run may change: they decide how fast, not what (and the noise seed, above).
-VOLATILE = ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib", "sleep_mode", "noise_seed")
+#: Settings a resumed run may change: they decide how fast, not what (and the noise seed, above; and
+#: the licence, which only the card states).
+VOLATILE = ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib", "sleep_mode", "noise_seed",
+            "license")  # fmt: skip
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

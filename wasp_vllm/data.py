@@ -134,6 +134,17 @@ def _require_columns(table: pa.Table, source: str, columns: dict[str, str | None
             raise DataError(f"{source}: {role} column {name!r} is not UTF-8 text; save the file as UTF-8")
 
 
+def _refuse(source: str, rows: list[int], problem: str) -> None:
+    """Stop on malformed records with a line that states no count: how many records are bad, or
+    how many the file holds, is a fact about the private file, and the line may be pasted anywhere.
+    Which records they are goes to the DEBUG log, marked private, for the operator."""
+    first = [i + 1 for i in rows[:20]]
+    debug_private(
+        logger, "%s: %d malformed records, at record no. %s (1 = first; 20 at most)", source, len(rows), first
+    )
+    raise DataError(f"{source}: {problem}; fix or remove such records (-v lists which)")
+
+
 def _is_bytes(kind: pa.DataType) -> bool:
     return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
 
@@ -141,11 +152,9 @@ def _is_bytes(kind: pa.DataType) -> bool:
 def _texts(table: pa.Table, col: str, source: str) -> list[str]:
     values = table.column(col).to_pylist()
     texts = ["" if v is None else str(v) for v in values]
-    bad = sum(1 for v in values if v is None or not str(v).strip())
+    bad = [i for i, v in enumerate(values) if v is None or not str(v).strip()]
     if bad:
-        raise DataError(
-            f"{source}: {bad} of {len(values)} records have a null or empty text in column {col!r}"
-        )
+        _refuse(source, bad, f"a record has a null or empty text in column {col!r}")
     return texts
 
 
@@ -161,17 +170,19 @@ def _labels(table: pa.Table, col: str, task: TaskSpec, source: str) -> np.ndarra
     mapping = task.alias_map()
     index = {label: i for i, label in enumerate(task.labels)}
     out = np.empty(len(values), dtype=np.int64)
-    unknown = 0
+    unknown = []
     for i, value in enumerate(values):
         label = None if value is None else mapping.get(_label_key(value))
         if label is None:
-            unknown += 1
+            unknown.append(i)
         else:
             out[i] = index[label]
     if unknown:
-        raise DataError(
-            f"{source}: {unknown} of {len(values)} records have a label in column {col!r} that is not a "
-            f"label of task '{task.name}' (expected one of {task.labels}, or their aliases)"
+        _refuse(
+            source,
+            unknown,
+            f"a record has a label in column {col!r} that is not a label of task '{task.name}' "
+            f"(expected one of {task.labels}, or their aliases)",
         )
     return out
 
@@ -186,9 +197,9 @@ def _attributes(table: pa.Table, col: str) -> list[str | None]:
 
 def _users(table: pa.Table, col: str, source: str) -> np.ndarray:
     values = table.column(col).to_pylist()
-    missing = sum(1 for v in values if v is None or str(v).strip() == "")
+    missing = [i for i, v in enumerate(values) if v is None or str(v).strip() == ""]
     if missing:
-        raise DataError(f"{source}: {missing} of {len(values)} records have no user id in column {col!r}")
+        _refuse(source, missing, f"a record has no user id in column {col!r}")
     return np.asarray(values)
 
 
@@ -264,15 +275,18 @@ def load_private(
     seed: int = 0,
     cap: int | None = None,
 ) -> PrivateSet:
-    """Load the private set from a file, or the built-in 'drugs' set (train split).
+    """Load the private set from a file, or a built-in set (``NAME`` is its ``fit`` split).
 
-    For 'drugs' the columns are fixed (review -> text, rating -> label,
-    condition -> attribute) and the column arguments are ignored.  ``limit``
+    A built-in name without a split reads ``fit``, the train split minus the validation records
+    that every default was chosen on, so a demo's private set never holds what a choice saw
+    (``NAME:train`` still reads the whole split).  For a built-in the columns are fixed (drugs:
+    review -> text, rating -> label, condition -> attribute) and the column arguments are
+    ignored.  ``limit``
     keeps the ``limit`` records of smallest keyed hash (seeded), so that the
     small-M setting of the paper (e.g. M=100) can be reproduced from a larger
     file; ``cap`` first keeps at most that many records per user.
     """
-    table, builtin = source_table(source, "train")
+    table, builtin = source_table(source, "fit")
     if builtin is not None:
         text_col, label_col, attribute_col = builtin.text_col, builtin.label_col, builtin.attribute_col
         user_col = None

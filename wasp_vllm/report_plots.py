@@ -81,6 +81,48 @@ def plot_labels(counts: Mapping[str, Mapping[str, int]], plms: Sequence[str], pa
     return _save(fig, path)
 
 
+def plot_work(rounds: Sequence[Mapping[str, Any]], plms: Sequence[str], path: Path) -> Path:
+    """Where the work went: per round and PLM, samples (left) and tokens (right) generated, with the
+    part kept solid and the part thrown away (rejects, regenerated) pale."""
+    fig = _figure(9.0, 3.4)
+    xs = [int(r["round"]) for r in rounds]
+    width = 0.8 / max(len(plms), 1)
+    panels = (("generated", "kept", "samples"), ("tokens", "kept_tokens", "tokens"))
+    for ax, (made, kept, unit) in zip(fig.subplots(1, 2), panels, strict=True):
+        for i, plm in enumerate(plms):
+            offsets = [x - 0.4 + width * (i + 0.5) for x in xs]
+            total = [int((r.get(made) or {}).get(plm, 0)) for r in rounds]
+            used = [int((r.get(kept) or {}).get(plm, 0)) for r in rounds]
+            ax.bar(offsets, total, width=width, color=_colour(i), alpha=0.3)
+            ax.bar(offsets, used, width=width, color=_colour(i), label=f"{plm} (kept)")
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set(xlabel="round", ylabel=unit, title=f"{unit.capitalize()} generated (pale) and kept")
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3, axis="y")
+    fig.axes[0].legend(fontsize="small")
+    return _save(fig, path)
+
+
+def work_section(rounds: list[dict[str, Any]], plms: list[str], png: str) -> str:
+    """The report's section on where the work went: the figure and a total per PLM."""
+    if not any("generated" in r for r in rounds):
+        return ""  # a run from before the counts existed
+    rows: list[list[Any]] = []
+    for plm in plms:
+        made, kept, tokens, kept_tokens = (
+            sum(int((r.get(key) or {}).get(plm, 0)) for r in rounds)
+            for key in ("generated", "kept", "tokens", "kept_tokens")
+        )
+        rows.append([plm, made, kept, f"{100 * kept / made:.0f} %" if made else "-", tokens, kept_tokens])
+    head = ["PLM", "samples generated", "kept", "kept share", "tokens generated", "tokens kept"]
+    return (
+        '<section id="work"><h2>Where the work went</h2><p>Samples and tokens each PLM generated, and '
+        "the part that the checks kept (a rejected sample is regenerated, never copied).</p>"
+        f'<img src="{png}" alt="samples and tokens generated and kept per round and PLM" width="990">'
+        f"{table(head, rows)}</section>"
+    )
+
+
 def plot_fid(fid_by_round: Mapping[int, float], path: Path) -> Path:
     """FID of the synthetic set accumulated up to each round against the private set."""
     fig = _figure(5.0, 3.2)
@@ -241,7 +283,8 @@ def sharing_section(operator: bool) -> str:
     return (
         '<section id="sharing"><h2>What may be shared</h2><table><tbody>'
         "<tr><td><strong>publish</strong></td><td><code>synthetic.parquet</code>, "
-        "<code>manifest.json</code>, and this report (<code>index.html</code> with its PNGs): functions "
+        "<code>manifest.json</code>, the card <code>README.md</code> (<code>wasp-vllm publish</code> "
+        "gathers the three), and this report (<code>index.html</code> with its PNGs): functions "
         "of the noisy votes and public settings only</td></tr>"
         "<tr><td><strong>never share</strong></td><td>the run's <code>private/</code> folder "
         "(<code>noise.key</code>, <code>state.json</code>, <code>rounds/</code>), <code>-v</code> logs, "

@@ -43,6 +43,10 @@ class RoundRecord:
     missing: int = 0
     #: Generated samples rejected, per PLM and reason (empty, duplicate, prompt_echo, the gate's).
     rejects: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Where the work went: samples each PLM generated (kept or not; ``kept`` + its ``rejects``),
+    #: and the tokens of its kept samples (``tokens`` counts all it generated).
+    generated: dict[str, int] = field(default_factory=dict)
+    kept_tokens: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
+from importlib import metadata
+from typing import Any
 
 import numpy as np
 
@@ -84,8 +86,53 @@ def _faiss():
 
 def gpu_available() -> bool:
     """True when FAISS sees at least one GPU (the faiss-cpu wheel never does)."""
-    faiss = _faiss()
+    try:
+        faiss = _faiss()
+    except ImportError:
+        return False
     return hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
+
+
+#: FAISS's wheels on PyPI; they all provide the one module ``faiss``, so the distribution tells
+#: which build is installed (``.[gpu]`` installs faiss-gpu-cu12, ``.[cpu]`` faiss-cpu).
+FAISS_DISTRIBUTIONS = ("faiss-gpu-cu12", "faiss-gpu-cu11", "faiss-gpu-cuvs", "faiss-gpu", "faiss-cpu")
+
+
+def faiss_build() -> dict[str, Any]:
+    """Which FAISS build this process searches with (published in the manifest, shown by doctor).
+
+    ``gpu_code``: the build has FAISS's GPU code (``StandardGpuResources``); ``gpus``: the GPUs it
+    sees; ``searches_on``: where :func:`topq_near_far` runs by default."""
+    try:
+        faiss = _faiss()
+    except ImportError:
+        return {"distribution": None, "gpu_code": False, "gpus": 0,
+                "searches_on": "cpu (float64 brute force: FAISS is not installed)"}  # fmt: skip
+    distribution = next((d for d in FAISS_DISTRIBUTIONS if _installed(d)), "faiss (unknown wheel)")
+    gpus = int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+    return {  # its version is in the manifest's ``versions``
+        "distribution": distribution,
+        "gpu_code": hasattr(faiss, "StandardGpuResources"),
+        "gpus": gpus,
+        "searches_on": "gpu" if gpus > 0 else "cpu",
+    }
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=1)
+def _has_faiss() -> bool:
+    try:
+        _faiss()
+    except ImportError:
+        return False
+    return True
 
 
 @lru_cache(maxsize=1)
@@ -169,6 +216,8 @@ def _search_label(
     n, dim = base.shape
     k = min(q, n)
     kc = min(n, max(2 * k, k + 32))  # candidates beyond k give the certificate room
+    if not _has_faiss():  # a plain install without the cpu/gpu extra: the exact reference itself
+        return np.stack([_brute_row(x, base, rows, k, furthest) for x in queries]).reshape(-1, k)
     centre = base.mean(axis=0)
     qc, bc = queries - centre, base - centre
     local, approx = _faiss_candidates(qc, bc, kc, furthest, use_gpu)

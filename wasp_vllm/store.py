@@ -3,13 +3,14 @@
 Layout of ``--out``::
 
     synthetic.parquet               PUBLISHED: the final output (all rounds)
+    README.md                       PUBLISHED: the data set's card (Hugging Face format)
     manifest.json                   PUBLISHED: what the run did and spent; written last
     private/                        the operator's working files (mode 0700): NEVER share
         README.txt                  says so
         state.json                  weights, pools, ledger, checksums, keyed data fingerprint
         rounds/round-000.parquet    one file per finished round (with embeddings)
         rounds/votes-000.parquet    the noisy votes of each voting round
-        noise.key                   the secret of the DP noise (mode 0600)
+        noise.key                   the secret of the DP noise (mode 0600), deleted when the run ends
 
 What may be published is a function of the noisy votes or independent of the private data; the
 ``private/`` folder holds the secret key and the operator's bookkeeping, so it stays behind.
@@ -25,17 +26,18 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wasp_vllm.privacy.secrets import RunSecret
+from wasp_vllm.privacy.secrets import RunSecret, check_key_mode
 from wasp_vllm.run_state import RunState
 
-PUBLISHED = ("synthetic.parquet", "manifest.json")
+PUBLISHED = ("synthetic.parquet", "manifest.json", "README.md")  # README.md: the data set's card
 OPERATOR_DIR = "private"
 RUN_FILES = (*PUBLISHED, OPERATOR_DIR)
 KEY_FILE = "noise.key"
@@ -43,13 +45,15 @@ OPERATOR_README = """\
 These are the operator's working files of a wasp-vllm run. NEVER share them.
 
 noise.key is the secret of the differential-privacy noise: with it anyone can remove the noise.
+It is deleted when the run finishes (a finished run does not need it to write its files again).
 state.json and rounds/ are checkpoints for --resume (they hold a keyed fingerprint of the
-private data and every intermediate sample). Share only ../synthetic.parquet, ../manifest.json
-and the report written by `wasp-vllm report`.
+private data and every intermediate sample). Share only ../synthetic.parquet, ../manifest.json,
+../README.md (the data set's card) and the report written by `wasp-vllm report`.
 """
 # What _atomic_write's mkstemp(prefix=f".{name}.") calls its temporary files.
 _TEMP_NAME = re.compile(
-    r"\.(state\.json|manifest\.json|synthetic\.parquet|noise\.key|(round|votes)-\d+\.parquet)\.[A-Za-z0-9_]{8}"
+    r"\.(state\.json|manifest\.json|README\.md|synthetic\.parquet|noise\.key|(round|votes)-\d+\.parquet)"
+    r"\.[A-Za-z0-9_]{8}"
 )
 
 
@@ -104,6 +108,10 @@ def write_parquet(path: Path, table: pa.Table) -> str:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     _atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n"))
+
+
+def write_text(path: Path, text: str) -> None:
+    _atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 class RunStore:
@@ -171,6 +179,7 @@ class RunStore:
         if noise_seed is not None:
             return RunSecret.from_noise_seed(noise_seed)
         if self.key_path.exists():
+            check_key_mode(self.key_path, "the run's noise key")
             try:
                 return RunSecret.from_text(self.key_path.read_text())
             except ValueError:
@@ -180,6 +189,25 @@ class RunStore:
         secret = RunSecret.generate()
         _atomic_write(self.key_path, lambda tmp: tmp.write_text(secret.to_text()), mode=0o600)
         return secret
+
+    @contextmanager
+    def one_shot_secret(self) -> Iterator[RunSecret]:
+        """A new noise secret for a run that never resumes (Hot PATE): its key file is deleted
+        however the run ends."""
+        secret = self.secret(None, create=True)
+        try:
+            yield secret
+        finally:
+            self.discard_key()
+
+    def discard_key(self) -> None:
+        """Delete the noise key of a finished run (one unlink: the key is there or gone).
+
+        Nothing needs it once the published files are written (re-finishing a run reads only the
+        checkpoints), and with it anyone holding the published noisy values could subtract the
+        noise, e.g. get the exact private label proportions back from the label shares.
+        """
+        self.key_path.unlink(missing_ok=True)
 
     def save_state(self, state: RunState) -> None:
         data = state.to_dict()

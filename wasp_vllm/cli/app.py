@@ -28,7 +28,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from wasp_vllm.cli.plan_view import print_work
 from wasp_vllm.cli_options import config_command
+from wasp_vllm.public_clock import PublicClock
 
 app = typer.Typer(
     name="wasp-vllm",
@@ -52,7 +54,9 @@ def setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=level,
         format="%(message)s",
-        handlers=[RichHandler(console=console, show_path=False)],
+        # No time column at the default level: the time between two published lines would say how
+        # long the private work between them took (-v output is the operator's own).
+        handlers=[RichHandler(console=console, show_path=False, show_time=verbose)],
         force=True,
     )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -131,6 +135,15 @@ def generate(
         bool, typer.Option("--resume", help="Continue the run in --out from its last finished round.")
     ] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run already in --out.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the plan and stop: sigma of every release and the epsilon split, samples per "
+            "round and PLM, tokens and wall time per engine. Reads no private data, loads no model, "
+            "writes nothing.",
+        ),
+    ] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Debug logging (private: keep it).")
     ] = False,
@@ -139,6 +152,13 @@ def generate(
     setup_logging(verbose)
     with friendly_errors():
         from wasp_vllm.api import generate as generate_run
+
+        if dry_run:
+            from wasp_vllm.api import plan
+            from wasp_vllm.cli.plan_view import print_plan
+
+            print_plan(plan(config=config, **settings), Console())
+            return
 
         with chatter_to_file(verbose, out) as chatter, _progress() as progress:
             result = generate_run(
@@ -191,6 +211,7 @@ def _progress() -> Iterator[Progress]:
         TimeRemainingColumn(),
         console=console,
         transient=False,
+        get_time=PublicClock(),  # elapsed time and ETA of public work: the loop stops it for private steps
     )
     with progress:
         yield progress
@@ -204,12 +225,21 @@ def _distinct(values: float | list[float]) -> str:
 
 def _print_summary(manifest: dict[str, Any], out: Path, chatter: Path | None = None) -> None:
     plms = manifest["config"]["plms"]
-    table = Table(title=f"{manifest['output']['rows']} samples written to {out}")
+    table = Table(
+        title=f"{manifest['output']['rows']} samples written to {out}",
+        caption="per round and PLM: samples kept of those generated (weight before the round)",
+    )
     for column in ("round", *plms):
         table.add_column(column)
     for record in manifest["rounds"]:
         weights = dict(zip(plms, record["weights_before"], strict=True))
-        cells = [f"{record['kept'].get(p, 0)} (w={weights[p]:.2f})" for p in plms]
+        generated = record.get("generated") or {}
+        cells = [
+            f"{record['kept'].get(p, 0)}"
+            + (f" of {generated[p]}" if p in generated else "")
+            + f" (w={weights[p]:.2f})"
+            for p in plms
+        ]
         table.add_row(str(record["round"]), *cells)
     console.print(table)
     privacy = manifest["privacy"]
@@ -220,6 +250,7 @@ def _print_summary(manifest: dict[str, Any], out: Path, chatter: Path | None = N
         f"sensitivity {_distinct(ledger['sensitivity'])}, {ledger['compositions']} releases",
         highlight=False,
     )
+    print_work(manifest, console)
     missing = sum(r.get("missing", 0) for r in manifest["rounds"])
     if missing:
         dropped = ", ".join(manifest["plms"]["dropped"]) or "none"
@@ -227,8 +258,9 @@ def _print_summary(manifest: dict[str, Any], out: Path, chatter: Path | None = N
             f"[bold yellow]short by {missing} samples[/]: no PLM could write them (dropped: {dropped})"
         )
     console.print(
-        f"share: {out}/synthetic.parquet, {out}/manifest.json (and `wasp-vllm report {out}`)\n"
-        f"keep to yourself: {out}/private/ (the noise key, checkpoints"
+        f"share: {out}/synthetic.parquet, {out}/manifest.json, {out}/README.md (the data set's card; "
+        f"`wasp-vllm publish {out} DIR` gathers them, `wasp-vllm report {out}` draws the run)\n"
+        f"keep to yourself: {out}/private/ (checkpoints; the noise key is deleted now the run is done"
         + (", engine messages)" if chatter else ")"),
         highlight=False,
     )

@@ -1,4 +1,4 @@
-"""The commands beside ``generate``: evaluate, hotpate, privacy, tasks, models."""
+"""The commands beside ``generate``: evaluate, hotpate, privacy, tasks, report, doctor, fleet."""
 
 from __future__ import annotations
 
@@ -11,6 +11,22 @@ from rich.console import Console
 from rich.table import Table
 
 from wasp_vllm.cli.app import app, console, friendly_errors, setup_logging
+
+Reference = Annotated[
+    str | None,
+    typer.Option(
+        help="A real labelled set (never the test split; 'drugs' = its fit split) for the label "
+        "agreement: the share of synthetic samples a classifier trained on it labels alike."
+    ),
+]
+ReferencePublic = Annotated[
+    bool,
+    typer.Option(
+        "--reference-public/--reference-private",
+        help="Whether --reference holds no private record. Private (default): the label agreement, "
+        "an un-noised statistic of the reference, goes into the operator_only section.",
+    ),
+]
 
 
 @app.command()
@@ -39,13 +55,8 @@ def evaluate(
     embedder: Annotated[str, typer.Option(help="Sentence embedder for logreg and FID.")] = "auto",
     text_col: Annotated[str, typer.Option(help="Text column of the test file.")] = "text",
     label_col: Annotated[str, typer.Option(help="Label column of the test file.")] = "label",
-    reference: Annotated[
-        str | None,
-        typer.Option(
-            help="A real labelled set (never the test split; 'drugs' = its train split) for the label "
-            "agreement: the share of synthetic samples a classifier trained on it labels alike."
-        ),
-    ] = None,
+    reference: Reference = None,
+    reference_public: ReferencePublic = False,
     weights: Annotated[
         bool, typer.Option(help="Train on the synthetic file's `weight` column when it has one.")
     ] = True,
@@ -71,6 +82,7 @@ def evaluate(
             private_seed=seed,
             bert_path=bert_path,
             reference=reference,
+            reference_public=reference_public,
             use_weights=weights,
         )
         _echo_json(report, out)
@@ -78,7 +90,7 @@ def evaluate(
 
 @app.command()
 def hotpate(
-    private: Annotated[str, typer.Option(help="Private data: a file, or 'drugs'.")] = "drugs",
+    private: Annotated[str, typer.Option(help="Private data: a file, or 'drugs' (its fit split).")] = "drugs",
     task: Annotated[str, typer.Option(help="Task name or task file.")] = "drugs",
     text_col: Annotated[str, typer.Option(help="Text column of the private file.")] = "text",
     label_col: Annotated[str, typer.Option(help="Label column of the private file.")] = "label",
@@ -125,17 +137,17 @@ def hotpate(
         data = load_private(private, spec, text_col, label_col, limit=private_limit, seed=seed)
         store = RunStore(out)
         store.prepare(resume=False, overwrite=overwrite)
-        secret = store.secret(None, create=True)  # the noise comes from a secret key, never --seed
-        # The --m draw swaps at most one record, which may touch two teachers: replace neighbours.
-        table, report = run_hotpate(
-            data.texts, [spec.labels[i] for i in data.labels], spec.labels, model=model, engine=engine,
-            accounting=accounting, task=subject_for(spec.name), requested_m=private_limit,
-            records_per_teacher=records_per_teacher, teachers=teachers, ensemble=ensemble,
-            threshold_fraction=threshold_fraction, max_tokens=max_tokens, n_samples=n, epsilon=epsilon,
-            delta=delta, seed=seed, neighbour=voting_neighbour("add_remove", selected=True).value,
-            noise_rng=secret.generator("hotpate"),
-        )  # fmt: skip
-        console.print(publish(out, table, report, accounting, private_limit, delta), markup=False)
+        with store.one_shot_secret() as secret:  # never --seed; Hot PATE never resumes: the key goes
+            # The --m draw swaps at most one record, which may touch two teachers: replace neighbours.
+            table, report = run_hotpate(
+                data.texts, [spec.labels[i] for i in data.labels], spec.labels, model=model, engine=engine,
+                accounting=accounting, task=subject_for(spec.name), requested_m=private_limit,
+                records_per_teacher=records_per_teacher, teachers=teachers, ensemble=ensemble,
+                threshold_fraction=threshold_fraction, max_tokens=max_tokens, n_samples=n, epsilon=epsilon,
+                delta=delta, seed=seed, neighbour=voting_neighbour("add_remove", selected=True).value,
+                noise_rng=secret.generator("hotpate"),
+            )  # fmt: skip
+            console.print(publish(out, table, report, accounting, private_limit, delta), markup=False)
 
 
 @app.command()
@@ -189,24 +201,6 @@ def tasks() -> None:
     for name in list_tasks():
         spec = get_task(name)
         table.add_row(name, ", ".join(spec.labels), spec.attribute_name or "-")
-    Console().print(table)
-
-
-@app.command()
-def models() -> None:
-    """List the named PLM presets and whether each resolves on this machine."""
-    from wasp_vllm.engines.registry import PRESETS, ModelError, resolve_plm
-
-    table = Table(title="PLM presets (or pass a model directory / name@endpoint to --plms)")
-    for col in ("name", "model", "kind", "available here"):
-        table.add_column(col)
-    for preset in PRESETS.values():
-        try:
-            available = "yes" if preset.packaged else str(resolve_plm(preset.name).path)
-        except ModelError:
-            available = "no (not in the local HF cache)"
-        kind = "seq2seq (hf engine)" if preset.seq2seq else ("chat" if preset.chat else "base")
-        table.add_row(preset.name, preset.hf_id or preset.description, kind, available)
     Console().print(table)
 
 
@@ -275,19 +269,29 @@ def doctor() -> None:
 
 fleet_app = typer.Typer(
     name="fleet",
-    help="Serve PLMs with `vllm serve`: start a fleet file's servers, check, stop them (launch/README.md).",
+    help="Serve PLMs on a Ray cluster (Ray Serve): deploy a fleet file's PLMs, check them, remove them "
+    "(launch/README.md). Start the cluster first with `ray start --head`.",
     no_args_is_help=True,
 )
 app.add_typer(fleet_app)
 FleetDir = Annotated[
     Path,
-    typer.Option("--dir", help="The fleet's folder: fleet.json (pids, ports), logs/, plms.txt, run.yaml."),
+    typer.Option("--dir", help="Where `fleet up` records the deployment: fleet.json, plms.txt, run.yaml."),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        help="The Ray cluster: auto (the one `ray start --head` runs here, or $RAY_ADDRESS), HOST:6379 or "
+        "ray://HOST:10001. Default: `up` takes the fleet file's [ray] address; status and down the one up "
+        "used.",
+    ),
 ]
 DEFAULT_FLEET_DIR = Path("launch/fleet-state")
 
 
 def _fleet_error(exc: Exception) -> typer.Exit:
-    """A fleet error may carry a server's log tail: printed as is (several lines); exit code 1."""
+    """A fleet error may list each deployment's message: printed as is (several lines); exit code 1."""
     from rich.markup import escape
 
     console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -298,70 +302,70 @@ def _fleet_error(exc: Exception) -> typer.Exit:
 def fleet_up(
     fleet_file: Annotated[Path, typer.Argument(help="Fleet file (TOML), e.g. launch/fleet.example.toml.")],
     directory: FleetDir = DEFAULT_FLEET_DIR,
+    ray_address: RayAddress = None,
     wait: Annotated[
-        float | None, typer.Option(help="Seconds to wait for every /health (default: the file's wait_s).")
+        float | None, typer.Option(help="Seconds to wait until every PLM runs (default: the file's wait_s).")
     ] = None,
 ) -> None:
-    """Start one `vllm serve` per PLM replica, wait until each is healthy, print the --plms value."""
+    """Deploy each PLM of the fleet file to Ray Serve, wait until all run, print the --plms value."""
     setup_logging(False)
-    from wasp_vllm import fleet
+    from wasp_vllm import fleet, ray_fleet
 
     with friendly_errors():
         try:
-            servers = fleet.up(fleet.read_fleet(fleet_file), directory, wait_s=wait)
+            plms = ray_fleet.up(fleet.read_fleet(fleet_file), directory, address=ray_address, wait_s=wait)
         except fleet.FleetError as exc:
             raise _fleet_error(exc) from None
         console.print(
-            f"fleet up: {len(servers)} server(s); state in {directory}. Generate with\n"
-            f"  wasp-vllm generate --plms '{fleet.plms_value(servers)}' ...\n"
+            f"fleet up: the PLMs run on Ray Serve; state in {directory}. Generate with\n"
+            f"  wasp-vllm generate --plms '{plms}' ...\n"
             f"or with the run file {directory}/run.yaml (--config).\n"
-            f"Stop it with: wasp-vllm fleet down --dir {directory}",
+            f"Remove them with: wasp-vllm fleet down --dir {directory}",
             highlight=False,
             soft_wrap=True,
         )
-        typer.echo(fleet.plms_value(servers))  # stdout: the --plms value alone, for scripts
+        typer.echo(plms)  # stdout: the --plms value alone, for scripts
 
 
 @fleet_app.command("status")
 def fleet_status(
     directory: FleetDir = DEFAULT_FLEET_DIR,
+    ray_address: RayAddress = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False,
 ) -> None:
-    """Each server of the fleet: running, healthy; exit code 1 unless every one is healthy."""
-    from wasp_vllm import fleet
+    """Each PLM's deployment as Ray Serve reports it; exit code 1 unless every one is HEALTHY."""
+    setup_logging(False)
+    from wasp_vllm import fleet, ray_fleet
 
-    rows = fleet.status(directory)
+    try:
+        rows = ray_fleet.status(directory, ray_address)
+    except fleet.FleetError as exc:
+        raise _fleet_error(exc) from None
+    cols = ("deployment", "status", "replicas", "message")
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
     else:
-        table = Table(title=f"fleet in {directory}")
-        for col in ("plm", "replica", "url", "gpu", "pid", "running", "healthy", "log"):
+        table = Table(title=f"fleet recorded in {directory}")
+        for col in cols:
             table.add_column(col)
         for r in rows:
-            table.add_row(
-                *(str(r[c]) for c in ("plm", "replica", "url", "gpu", "pid", "running", "healthy", "log"))
-            )
+            table.add_row(*(str(r[c]) for c in cols))
         Console().print(table if rows else f"no fleet recorded in {directory}")
-    if not rows or not all(r["healthy"] for r in rows):
+    if not rows or not all(r["status"] == "HEALTHY" for r in rows):
         raise typer.Exit(1)
 
 
 @fleet_app.command("down")
-def fleet_down(
-    directory: FleetDir = DEFAULT_FLEET_DIR,
-    timeout: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 60.0,
-) -> None:
-    """Stop exactly the servers `fleet up` started (each one's process group); logs stay."""
+def fleet_down(directory: FleetDir = DEFAULT_FLEET_DIR, ray_address: RayAddress = None) -> None:
+    """Delete the application `fleet up` deployed (serve.delete); the Ray cluster keeps running."""
     setup_logging(False)
-    from wasp_vllm import fleet
+    from wasp_vllm import fleet, ray_fleet
 
     try:
-        stopped = fleet.down(directory, timeout_s=timeout)
+        name = ray_fleet.down(directory, ray_address)
     except fleet.FleetError as exc:
         raise _fleet_error(exc) from None
-    for s in stopped:
-        console.print(f"stopped {s.label} (process group {s.pid})", highlight=False)
-    console.print(f"fleet in {directory} stopped" if stopped else f"no fleet recorded in {directory}")
+    console.print(f"deleted Ray Serve application {name!r}" if name else f"no fleet recorded in {directory}")
 
 
 def _echo_json(report: dict[str, Any], out: Path | None) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from wasp_vllm.devices import gpu_available, torch_device
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
+from wasp_vllm.engines.chat_templates import ensure_chat_template
 from wasp_vllm.engines.registry import ResolvedPLM
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class HFEngine:
         self._tokenizer = AutoTokenizer.from_pretrained(
             plm.path, padding_side="left", trust_remote_code=plm.trust_remote_code
         )
+        ensure_chat_template(self._tokenizer, plm.name)
         if self._tokenizer.pad_token is None:
             self._tokenizer.pad_token = self._tokenizer.eos_token
         auto = AutoModelForSeq2SeqLM if plm.seq2seq else AutoModelForCausalLM

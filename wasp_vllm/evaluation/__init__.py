@@ -18,13 +18,9 @@ from wasp_vllm.evaluation.classifier import (
 )
 from wasp_vllm.evaluation.common import EvaluationError, to_label_indices
 from wasp_vllm.evaluation.metrics import MetricError, fid, fid_per_round, frechet_distance, label_balance
+from wasp_vllm.evaluation.only_private import evaluate_private_only
 from wasp_vllm.evaluation.plots import plot_accuracy, plot_fid_rounds
-from wasp_vllm.evaluation.runner import (
-    SyntheticSet,
-    evaluate_private_only,
-    evaluate_synthetic,
-    read_synthetic,
-)
+from wasp_vllm.evaluation.runner import SyntheticSet, evaluate_synthetic, read_synthetic
 
 __all__ = [
     "TASK_MODELS",

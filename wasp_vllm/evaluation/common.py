@@ -1,10 +1,17 @@
-"""Shared pieces of the evaluation modules: the error type and label normalisation."""
+"""Shared pieces of the evaluation modules: the error type, the operator-only section, labels."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
+
+#: Key of the report section computed on (possibly) private records outside the DP accounting.
+OPERATOR_ONLY = "operator_only"
+OPERATOR_NOTE = (
+    "computed on the raw private records outside the differential-privacy accounting: the "
+    "operator's figures, NEVER to be published"
+)
 
 
 class EvaluationError(ValueError):

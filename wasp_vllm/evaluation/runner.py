@@ -18,18 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.evaluation.classifier import BertSettings, TextEncoder, label_agreement, train_and_score
-from wasp_vllm.evaluation.common import EvaluationError
+from wasp_vllm.evaluation.common import OPERATOR_NOTE, OPERATOR_ONLY, EvaluationError
 from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
 
 log = logging.getLogger(__name__)
 
 _REQUIRED_COLUMNS = ("text", "label")
-#: Key of the report section computed on the raw private records, outside the DP accounting.
-OPERATOR_ONLY = "operator_only"
-OPERATOR_NOTE = (
-    "computed on the raw private records outside the differential-privacy accounting: the "
-    "operator's figures, NEVER to be published"
-)
 # Schema-metadata keys under which a writer may have recorded the embedder of the `embedding` column.
 _EMBEDDER_META_KEYS = (b"embedder", b"wasp.embedder", b"embedder_name")
 
@@ -187,12 +181,16 @@ def evaluate_synthetic(
     embedder: TextEncoder | None = None,
     fid_method: str = "sqrtm",
     reference: str | None = None,
+    reference_public: bool = False,
     use_weights: bool = True,
 ) -> dict[str, Any]:
     """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
 
     ``reference`` (a labelled set, never the test split) adds the label agreement: the share of
-    synthetic samples whose label a classifier trained on it gives too.  ``use_weights``: train
+    synthetic samples whose label a classifier trained on it gives too.  A classifier trained on
+    the reference is an un-noised statistic of its records, so the figure goes into the
+    ``operator_only`` section unless ``reference_public`` declares that the reference holds no
+    private record (then it is published as ``label_agreement``).  ``use_weights``: train
     on the file's ``weight`` column if it has one.  ``text_col``/``label_col`` name the columns
     of the test and private files; ``private_limit``/``private_seed`` take the subset of the
     private file that the generation run used.  FID (the operator's figure) only with
@@ -219,7 +217,7 @@ def evaluate_synthetic(
         columns = (text_col, label_col)
         private = (private_source, private_limit, private_seed)
         result |= _against_real_records(
-            synth, synth_emb, enc, task, columns, private, reference, seed, fid_method
+            synth, synth_emb, enc, task, columns, private, (reference, reference_public), seed, fid_method
         )
     result["trained_on_weights"] = bool(use_weights and synth.weights is not None)
     log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
@@ -290,25 +288,54 @@ def _against_real_records(
     task: Any,
     columns: tuple[str, str],
     private: tuple[str | None, int | None, int],
-    reference: str | None,
+    reference: tuple[str | None, bool],
     seed: int,
     fid_method: str,
 ) -> dict[str, Any]:
-    """FID against the private records (operator only) and label agreement against ``reference``."""
+    """FID against the private records (operator only) and label agreement against the reference
+    (``(source, declared public)``; operator only unless declared public)."""
     from wasp_vllm.data import load_private
 
     figures: dict[str, Any] = {}
     source, limit, private_seed = private
+    reference_source, public = reference
+    if reference_source is not None:  # before any work: a contradiction is the user's mistake
+        _check_declared_public(reference_source, public, source)
     if source is not None:
         records = load_private(source, task, *columns, limit=limit, seed=private_seed)
         figures[OPERATOR_ONLY] = _operator_figures(synth, synth_emb, enc.encode(records.texts), fid_method)
-    if reference is not None:
-        ref = load_private(reference, task, *columns)
+    if reference_source is not None:
+        ref = load_private(reference_source, task, *columns)
         agreement = label_agreement(
             synth_emb, synth.labels, enc.encode(ref.texts), ref.labels, task.labels, seed
         )
-        figures["label_agreement"] = agreement | {"reference": str(reference)}
+        agreement |= {"reference": str(reference_source), "reference_public": public}
+        if public:
+            figures["label_agreement"] = agreement
+        else:  # possibly private records: an un-noised statistic of them stays with the operator
+            figures.setdefault(OPERATOR_ONLY, {"note": OPERATOR_NOTE})["label_agreement"] = agreement
     return figures
+
+
+def _check_declared_public(reference: str, public: bool, private: str | None) -> None:
+    """Refuse a reference declared public that is, or overlaps, the private set passed alongside."""
+    if public and private is not None and _overlap(reference, private):
+        raise EvaluationError(
+            f"the reference {reference!r} overlaps the private set {private!r}: it cannot be declared "
+            "public (drop --reference-public, or use a reference without private records)"
+        )
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether two sources may share records: the same file, or overlapping splits of one built-in
+    set (a plain name reads its ``fit`` split, as :func:`~wasp_vllm.data.load_private` does)."""
+    if Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    (name_a, _, split_a), (name_b, _, split_b) = a.partition(":"), b.partition(":")
+    if name_a != name_b:
+        return False
+    splits = {split_a or "fit", split_b or "fit"}
+    return len(splits) == 1 or ("train" in splits and "test" not in splits)  # train = fit + validation
 
 
 def _describe_synthetic(synth: SyntheticSet, label_names: list[str]) -> dict[str, Any]:
@@ -337,62 +364,4 @@ def _operator_figures(
         "fid": fid(synth_emb, private_emb, method=fid_method),
         "fid_per_round": per_round,
         "n_private": len(private_emb),
-    }
-
-
-def evaluate_private_only(
-    private_source: str,
-    test_source: str,
-    task_name: str,
-    model: str = "logreg",
-    embedder_spec: str = "auto",
-    seed: int = 0,
-    text_col: str = "text",
-    label_col: str = "label",
-    *,
-    private_limit: int | None = None,
-    private_seed: int = 0,
-    bert_path: str | None = None,
-    bert_settings: BertSettings | None = None,
-    embedder: TextEncoder | None = None,
-) -> dict[str, Any]:
-    """The OnlyPrivate baseline: the task model trained on the private records alone (no DP).
-
-    It is the reference the paper compares synthetic sets against; it is not private, so
-    its score must never be reported as if it had a privacy guarantee.
-    """
-    from wasp_vllm.data import load_private, load_test
-    from wasp_vllm.tasks import get_task
-
-    task = get_task(task_name)
-    private = load_private(
-        private_source, task, text_col=text_col, label_col=label_col, limit=private_limit, seed=private_seed
-    )
-    test = load_test(test_source, task, text_col=text_col, label_col=label_col)
-    enc = embedder if embedder is not None or model != "logreg" else _make_embedder(embedder_spec)
-    report = train_and_score(
-        private.texts,
-        private.labels,
-        test.texts,
-        test.labels,
-        task.labels,
-        model=model,
-        embedder=enc,
-        seed=seed,
-        bert_path=bert_path,
-        bert_settings=bert_settings,
-    )
-    return {
-        "kind": "only_private",
-        "differentially_private": False,
-        "note": OPERATOR_NOTE,
-        "task": task.name,
-        "model": model,
-        "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
-        "seed": seed,
-        "n_private": len(private),
-        "label_balance": label_balance(private.labels, task.labels),
-        "accuracy": report.accuracy,
-        "macro_f1": report.macro_f1,
-        "classifier": report.to_dict(),
     }

@@ -7,7 +7,8 @@ The run, label by label (each label's teachers hold only that label's records)::
     for each of the label's records (an empty one is generated again, up to max_attempts):
         reset every teacher to its prompt; append the public response prefix (an opening quote)
         repeat up to max_tokens times:
-            p = next-token distributions of all teachers (+ the public prompt, last row)
+            p = next-token distributions of all teachers (+ the public prompt, last row, from
+                forward passes of its own: it never shares a padded batch with a private prompt)
             the selector: draw the ensemble, private call (if the accountant allows), retries;
             nothing came back / out of reach / budget spent -> the public prompt's own token
             end of sequence or a stop string -> stop; else append the token to every teacher
@@ -48,7 +49,7 @@ from wasp_vllm.hotpate.selector import (
     sample_public,
 )
 from wasp_vllm.hotpate.settings import HotPateSettings, check_inputs
-from wasp_vllm.hotpate.teachers import DistributionSource, TeacherEnsembleLM, load_lm
+from wasp_vllm.hotpate.teachers import DistributionSource, TeacherEnsembleLM, WithPublicRow, load_lm
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +115,14 @@ def generate_hotpate(
         prompts = build_teacher_prompts(
             texts, n, name, s.seed, s.examples_shown(), s.task, s.max_example_chars
         )
-        source = source_factory(prompts)
+        # The public prompt in forward passes of its own (never in a batch with private prompts),
+        # also for the tokens after the label's ensemble went silent (public).
+        public = source_factory([prompts[-1]])
+        source = WithPublicRow(source_factory(prompts[:-1]), public)
         step = s.make_step(n, source.vocab_size, quota)
         selector = PrivateTokenSelector(
             step, s.ensemble, None, s.max_retries, fallback, rng, s.neighbour, noise
         )
-        # The public prompt alone, for the tokens after the label's ensemble went silent (public).
-        public = source_factory([prompts[-1]])
         label = _Label(name, quota, source, selector, public)
         _warn_unreachable(label, n)
         _generate_label(label, s, plm, tally)

@@ -33,7 +33,8 @@ from wasp_vllm.privacy.accountant import PrivacyLedger
 log = logging.getLogger(__name__)
 
 Fallback = Callable[[np.ndarray, Sequence[int], np.random.Generator], int | None]
-#: Builds a distribution source from prompts (teachers first, the public prompt last).
+#: Builds a distribution source from prompts: the teachers', or the public prompt alone (the
+#: public row never shares a padded batch with a private prompt; see ``WithPublicRow``).
 SourceFactory = Callable[[list[str]], DistributionSource]
 #: Where a token came from: the ensemble, or the fallback for one of three public reasons.
 SOURCES = ("private", "abstain", "no_release", "budget")

@@ -61,6 +61,45 @@ class DistributionSource(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
 
+class WithPublicRow:
+    """The teachers' rows from one source and the public prompt's row from another, read as one
+    source (the public row last).
+
+    The public row drives the fallback, whose tokens are spent as public (no privacy).  In one
+    padded batch with the teacher prompts its distribution could depend, in its last bits, on a
+    private prompt's length (the batch is padded to the longest prompt, and the kernels' rounding
+    follows the shapes); with forward passes of its own it depends on the public prompt alone.
+    """
+
+    def __init__(self, teachers: DistributionSource, public: DistributionSource) -> None:
+        self.teachers, self.public = teachers, public
+        self.n_rows = teachers.n_rows + public.n_rows
+        self.stop_token_ids = public.stop_token_ids
+        if hasattr(public, "no_token_id"):  # vLLM's top-K rows (see vllm_teachers)
+            self.no_token_id = public.no_token_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.public.vocab_size
+
+    def next_distributions(self) -> np.ndarray:
+        return np.vstack([self.teachers.next_distributions(), self.public.next_distributions()])
+
+    def append(self, token_id: int) -> None:
+        self.teachers.append(token_id)
+        self.public.append(token_id)
+
+    def reset(self) -> None:
+        self.teachers.reset()
+        self.public.reset()
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.public.decode(token_ids)
+
+    def encode(self, text: str) -> list[int]:
+        return self.public.encode(text)
+
+
 @dataclass
 class LoadedLM:
     """A causal LM and its tokenizer, loaded once and shared by every ensemble built on it."""

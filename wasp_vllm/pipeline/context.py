@@ -113,8 +113,13 @@ def validate_against_data(cfg: RunConfig, strategy: Strategy, task: TaskSpec, pr
     if not votes(cfg):
         return
     q = strategy.q(cfg.q)
-    if len(private) < q:  # the message states no count: it may be pasted anywhere
-        raise ConfigError(f"the private set has fewer records than q={q}: use a larger --m or a smaller --q")
+    # Decided on the public --m, never on how many records the file holds: an abort exactly when
+    # fewer than q records vote would publish that fact.  With fewer voters than q a run still
+    # votes (each record's Top-q is over synthetic samples); it is just less useful.
+    if cfg.private_limit is not None and cfg.private_limit < q:
+        raise ConfigError(
+            f"--m {cfg.private_limit} draws fewer records than q={q}: use a larger --m or a smaller --q"
+        )
     per_label_round = cfg.n // cfg.rounds // n_labels
     if cfg.s > max(1, per_label_round * (cfg.rounds - 1)):
         raise ConfigError(

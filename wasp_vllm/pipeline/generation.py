@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from wasp_vllm.engines import Completion, Engine, GenerationParams
+from wasp_vllm.engines.presets import sampling_for
 from wasp_vllm.pipeline.prompts import (
     RoundInputs,
     Share,
@@ -44,7 +45,10 @@ class PLMResult:
     """What one PLM wrote in one round (rows in the Arrow data contract, minus embeddings)."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
-    tokens: int = 0
+    #: Tokens each row cost (parallel to ``rows``): where the work went, against ``tokens``.
+    row_tokens: list[int] = field(default_factory=list)
+    generated: int = 0  # samples the engine wrote, kept or not
+    tokens: int = 0  # tokens the engine wrote, kept or not
     seconds: float = 0.0
     prompt_seconds: float = 0.0  # of ``seconds``: building prompts (public work, no engine)
     engine_seconds: float = 0.0  # of ``seconds``: inside the engine (the rest is cleaning)
@@ -55,6 +59,8 @@ class PLMResult:
     def merge(self, other: PLMResult) -> None:
         self.rejects.update(other.rejects)
         self.rows += other.rows
+        self.row_tokens += other.row_tokens
+        self.generated += other.generated
         self.tokens += other.tokens
         self.seconds += other.seconds
         self.prompt_seconds += other.prompt_seconds
@@ -75,6 +81,7 @@ def generate_share(
         share.quota, len(rin.task.labels), (t + share.k) % len(rin.task.labels), rin.label_shares
     )
     wanted = [rin.task.labels[c] for c, n in enumerate(counts) for _ in range(int(n))]
+    params = sampling_for(plm, rin.params, cfg.model_fields_set)  # a preset's sampling, unless set
     result = PLMResult()
     kept_keys: set[str] = set()
     start = time.perf_counter()
@@ -86,10 +93,12 @@ def generate_share(
         result.prompt_seconds += time.perf_counter() - started
         seeds = [request_seed(cfg.seed, t, share.k, share.part, s.index, attempt) for s in slots]
         started = time.perf_counter()
-        completions = _generate_with_retries(engine, slots, seeds, rin.params, cfg.engine_retries, result)
+        completions = _generate_with_retries(engine, slots, seeds, params, cfg.engine_retries, result)
         result.engine_seconds += time.perf_counter() - started
         missing = []
         candidates: list[tuple[Slot, str]] = []
+        cost = {id(slot): c.n_tokens for slot, c in zip(slots, completions, strict=True)}
+        result.generated += len(completions)
         for slot, completion in zip(slots, completions, strict=True):
             result.tokens += completion.n_tokens
             text, reason = clean_sample(completion.text, slot, rin.gate, rin.seen, kept_keys)
@@ -102,6 +111,7 @@ def generate_share(
         for slot, text, embedding in _label_checked(rin, candidates, result, missing):
             # The run's own PLM name, not the engine's: a served model may call itself otherwise.
             result.rows.append(_row(text, slot, plm, t, share, attempt, embedding))
+            result.row_tokens.append(cost[id(slot)])
         on_progress(len(wanted) - len(missing))
         wanted = missing
     result.shortfall = len(wanted)
@@ -190,15 +200,17 @@ def drop_cross_plm_duplicates(results: dict[str, PLMResult]) -> None:
     """Two PLMs of one round may write the same text; keep the first (in PLM order), never a copy."""
     kept: set[str] = set()
     for res in results.values():
-        unique = []
-        for row in res.rows:
+        unique, unique_tokens = [], []
+        for row, n_tokens in zip(res.rows, res.row_tokens, strict=True):
             key = normalize_text(row["text"])
             if key in kept:
                 res.shortfall += 1
+                res.rejects["duplicate_across_plms"] += 1
                 continue
             kept.add(key)
             unique.append(row)
-        res.rows = unique
+            unique_tokens.append(n_tokens)
+        res.rows, res.row_tokens = unique, unique_tokens
 
 
 @dataclass

@@ -21,9 +21,12 @@ import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError
 from wasp_vllm.devices import gpu_available
+from wasp_vllm.embed import encode_each
 from wasp_vllm.engines import Engine, GenerationParams, ModelError
 from wasp_vllm.label_check import LabelCheck
+from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
+from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
 from wasp_vllm.pipeline.manifest import build_manifest
 from wasp_vllm.pipeline.prompts import RoundInputs, make_gate, normalize_text
@@ -37,9 +40,18 @@ from wasp_vllm.privacy.mechanisms import (
 )
 from wasp_vllm.privacy.secrets import RunSecret
 from wasp_vllm.privacy.voting import NoisyVotes
+from wasp_vllm.public_clock import private_work
 from wasp_vllm.run_state import Pools, RoundRecord, RunState
 from wasp_vllm.selection import label_shares, plm_weights, sample_weights, select_pools
-from wasp_vllm.store import CheckpointError, RunStore, sample_schema, sha256_file, write_json, write_parquet
+from wasp_vllm.store import (
+    CheckpointError,
+    RunStore,
+    sample_schema,
+    sha256_file,
+    write_json,
+    write_parquet,
+    write_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +67,15 @@ class Run:
     """
 
     def __init__(self, ctx: RunContext, out: Any, *, engine_factory: EngineFactory, embedder: Any,
-                 progress: Any = None) -> None:  # fmt: skip
+                 progress: Any = None, estimate: RunPlan | None = None) -> None:  # fmt: skip
         self.ctx, self.cfg, self.strategy = ctx, ctx.cfg, ctx.strategy
         self.store = RunStore(out)
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}
         self.engines: dict[str, Engine] = {}
         self.engine_stats: dict[str, dict[str, Any]] = {}  # served PLMs, captured at close
+        self.engine_kinds: dict[str, str] = {}  # which engine served each PLM (vllm, hf, openai)
+        self.estimate = estimate  # the dry-run's plan, set beside what happened in the manifest
         self.voting: VotingMechanism | None = None
         self.label_check: LabelCheck | None = None
         self.secret: RunSecret | None = None
@@ -96,6 +110,7 @@ class Run:
             {p: r.tokens for p, r in results.items()}, {p: round(r.seconds, 3) for p, r in results.items()},
             {p: r.failures for p, r in results.items()}, int(quotas.sum()) - new.num_rows,
             {p: dict(sorted(r.rejects.items())) for p, r in results.items()},
+            {p: r.generated for p, r in results.items()}, {p: sum(r.row_tokens) for p, r in results.items()},
         ))  # fmt: skip
 
     # -- the steps -------------------------------------------------------------------------
@@ -134,7 +149,8 @@ class Run:
         emb = np.asarray(synth.column("embedding").combine_chunks().flatten(), dtype=np.float32)
         labels = np.array([self.ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
         start = time.perf_counter()
-        votes = self.voting.release(t, emb.reshape(synth.num_rows, -1), labels)
+        with private_work(self.progress):  # the bar's clock shows public work only
+            votes = self.voting.release(t, emb.reshape(synth.num_rows, -1), labels)
         # The time of private work scales with the private data: it stays in the operator's state.
         self.timings["private:voting"] = self.timings.get("private:voting", 0.0) + time.perf_counter() - start
         log.debug(
@@ -192,7 +208,10 @@ class Run:
             raise ConfigError("--resume with different settings than the run in --out; use the same ones")
         if state is not None and state.data_fingerprint != self.ctx.private.fingerprint():
             raise ConfigError("--resume with different private data than the run in --out")
-        secret = self._secret(create=state is None or state.noise_key_check is None)
+        # A run whose rounds are all committed only writes its files again from the checkpoints:
+        # it needs no noise, and its key is gone once it has finished (see _finish).
+        finished = state is not None and state.completed_rounds >= self.cfg.rounds
+        secret = None if finished else self._secret(create=state is None or state.noise_key_check is None)
         if state is None:
             state = RunState(
                 config_fingerprint=self.cfg.fingerprint(),
@@ -205,7 +224,7 @@ class Run:
                 ledger=PrivacyLedger(self.cfg.epsilon, self.cfg.delta, get_accountant(self.cfg.accountant)),
                 active=list(self.cfg.plms),
             )
-        elif state.noise_key_check not in (None, secret.check_value() if secret else None):
+        elif not finished and state.noise_key_check not in (None, secret.check_value() if secret else None):
             raise CheckpointError(
                 f"{self.store.key_path} (or --noise-seed) is not the noise key of the run in --out"
             )
@@ -260,16 +279,19 @@ class Run:
     def _label_prior(self, state: RunState) -> list[float]:
         """Label shares from a noisy histogram of the private labels (charged on the ledger)."""
         assert self.secret is not None, "a plan with a label prior holds a noise secret"
-        counts = release_label_histogram(
-            self.ctx.private.labels, len(self.ctx.task.labels), self.ctx.plan, self.secret, state.ledger
-        )
+        with private_work(self.progress):
+            counts = release_label_histogram(
+                self.ctx.private.labels, len(self.ctx.task.labels), self.ctx.plan, self.secret, state.ledger
+            )
         return label_shares(counts).tolist()
 
     def _open_voting(self, state: RunState) -> VotingMechanism | None:
         if self.secret is None or not self.strategy.votes or self.ctx.plan.sigma is None:
             return None  # FuseGen never reads the private records
         private = self.ctx.private
-        embeddings = self._timed("private:embedding", self.embedder.encode, private.texts)
+        with private_work(self.progress):
+            # One record at a time: a record's embedding then depends on it alone, bitwise.
+            embeddings = self._timed("private:embedding", encode_each, self.embedder, private.texts)
         voters = Voters(embeddings, private.labels, private.parties)
         args = (voters, self.strategy.q(self.cfg.q), self.ctx.plan, self.secret, state.ledger)
         if private.parties is not None:
@@ -281,6 +303,7 @@ class Run:
             start = time.perf_counter()
             try:
                 self.engines[name] = self.engine_factory(name, self.cfg)
+                self.engine_kinds[name] = engine_kind(self.engines[name])
             except ModelError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a model that passed the cheap checks but will not load
@@ -324,5 +347,9 @@ class Run:
         out = self.store.out / "synthetic.parquet"
         self._timed("io", write_parquet, out, final)
         manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out), self.engine_stats)
+        if self.estimate is not None:
+            manifest["estimate"] = against_run(self.estimate, manifest, self.engine_kinds)
+        write_text(self.store.out / CARD_FILE, card_for_run(manifest, final, self.ctx.task))
         write_json(self.store.out / "manifest.json", manifest)
+        self.store.discard_key()  # last: everything that needed it is written
         return manifest

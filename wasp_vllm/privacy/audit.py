@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta, norm
+from scipy.stats import beta, binom, norm
 
 
 def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:
@@ -150,3 +150,43 @@ def gdp_audit(
         if tpr_lo > 0.0 and fpr_hi < 1.0:
             bound = max(bound, float(norm.ppf(tpr_lo) - norm.ppf(fpr_hi)))
     return TradeoffAudit(mu_claimed, bound, tuple(points), min(len(pos), len(neg)), 1.0 - alpha)
+
+
+# --------------------------------------------------------------------------------------------
+# one-run auditing (Steinke, Nasr & Jagielski 2023)
+# --------------------------------------------------------------------------------------------
+
+
+def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
+    """Chance of ``v`` or more correct guesses out of ``r`` if the run is ``(epsilon, delta)``-DP.
+
+    ``m`` canaries are each put in the data by an independent fair coin; an attacker that sees only
+    the output guesses in/out for ``r`` of them.  Under ``epsilon``-DP each guess is right with
+    probability at most ``q = e^eps / (1 + e^eps)``, so the count of right guesses is dominated by
+    ``Binomial(r, q)``; ``delta`` adds at most ``2 m delta`` times the largest average of that
+    binomial's ``i`` point masses just below ``v`` (Steinke, Nasr & Jagielski 2023, Theorem 3.3).
+    """
+    if not 0 <= v <= r <= m or epsilon < 0 or not 0 <= delta <= 1:
+        raise ValueError("need 0 <= v <= r <= m, epsilon >= 0 and 0 <= delta <= 1")
+    q = 1.0 / (1.0 + math.exp(-epsilon))
+    tail = float(binom.sf(v - 1, r, q))
+    if v == 0 or delta == 0:
+        return min(1.0, tail)
+    below = binom.cdf(v - 1, r, q) - binom.cdf(v - 1 - np.arange(1, v + 1), r, q)
+    return min(1.0, tail + 2 * m * delta * float(np.max(below / np.arange(1, v + 1))))
+
+
+def one_run_epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
+    """The largest epsilon that ``v`` right guesses of ``r`` refute at ``confidence`` (0 if none)."""
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be in (0, 1)")
+    alpha = 1.0 - confidence
+    if one_run_p_value(m, r, v, 0.0, delta) >= alpha:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while one_run_p_value(m, r, v, hi, delta) < alpha:
+        lo, hi = hi, 2 * hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if one_run_p_value(m, r, v, mid, delta) < alpha else (lo, mid)
+    return lo

@@ -88,6 +88,27 @@ class RunSecret:
         return cls(key)
 
 
+class KeyFileError(ValueError):
+    """A key file that other users may read or write: refused, as ssh refuses such a private key."""
+
+
+def check_key_mode(path: Path, what: str) -> None:
+    """Refuse ``path`` when its group or other permission bits are set.
+
+    Refused rather than warned about: a warning scrolls away, and a key others could read may
+    already be known to them (the noise key then voids the guarantee of what it noised).  The
+    fix is one ``chmod``; the message says so and names no secret.
+    """
+    if os.name != "posix":  # no Unix modes to check (Windows ACLs are another matter)
+        return
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise KeyFileError(
+            f"{path}: {what} is accessible to other users (mode {mode:03o}); if anyone else could "
+            f"have read it, treat it as leaked. Restrict it with: chmod 600 {path}"
+        )
+
+
 def owner_home() -> Path:
     """Where the owner's own secrets live (``WASP_VLLM_HOME`` overrides ``~/.config/wasp-vllm``)."""
     root = os.environ.get("WASP_VLLM_HOME") or Path.home() / ".config" / "wasp-vllm"
@@ -110,6 +131,7 @@ def owner_key() -> bytes:
             pass
         finally:
             tmp.unlink()
+    check_key_mode(path, "the owner key")
     return bytes.fromhex(path.read_text().strip())
 
 

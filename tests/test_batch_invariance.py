@@ -1,0 +1,142 @@
+"""One record changes only its own vote, or its own teacher, bitwise (issue 21, item 8).
+
+Padded batches make every row's numbers depend, in their last bits, on the batch's longest input:
+one private record more or less could then move *other* records' embeddings (and flip a near-tie
+in their votes), or the public prompt's distribution in Hot PATE (whose fallback tokens are spent
+as public).  The doubles here exaggerate that dependence so that it shows in every bit:
+``PaddedBatchEmbedderForTests`` and ``PaddedBatchStubForTests`` scale each row by the length of
+the longest input of their batch.  The slow tests check the real embedder and the real LM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import wasp_vllm.pipeline.loop
+from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
+from tests.test_hotpate import CANARY, StubSource
+from tests.test_noise import config, write_private
+from wasp_vllm.embed import encode_each
+from wasp_vllm.hotpate import run_hotpate
+from wasp_vllm.pipeline import Run, prepare
+
+
+class PaddedBatchEmbedderForTests(HashEmbedderForTests):
+    """Hash embeddings scaled by the batch's longest text: what padding does, exaggerated."""
+
+    def encode(self, texts):
+        out = super().encode(texts)
+        longest = max((len(t) for t in texts), default=0)
+        return (out * np.float32(1.0 + 1e-3 * longest)).astype(np.float32)
+
+
+class PaddedBatchStubForTests(StubSource):
+    """A stub LM whose rows all depend on the longest prompt of the batch they were built in."""
+
+    def __init__(self, prompts, vocab: int = 16) -> None:
+        super().__init__(prompts, vocab)
+        longest = max(len(p) for p in prompts)
+        self._base = self._base * (1.0 + (longest % 13) * np.arange(vocab) / 4.0)
+
+
+def _texts(n: int = 12) -> list[str]:
+    return [f"record {i} " + "word " * (i % 4) for i in range(n)] + ["the longest record " * 20]
+
+
+def test_each_private_embedding_depends_on_its_record_alone():
+    embedder = PaddedBatchEmbedderForTests()
+    texts = _texts()
+    with_longest, without = encode_each(embedder, texts), encode_each(embedder, texts[:-1])
+    assert with_longest[:-1].tobytes() == without.tobytes()
+    # the double does what a padded batch does: batched, the others' embeddings would move
+    assert embedder.encode(texts)[:-1].tobytes() != embedder.encode(texts[:-1]).tobytes()
+
+
+def test_a_run_embeds_the_records_that_vote_one_at_a_time(tmp_path, monkeypatch):
+    """The voters' embeddings of the records two neighbouring files share are bitwise equal."""
+    seen: list[np.ndarray] = []
+    real = wasp_vllm.pipeline.loop.Voters
+
+    def spy(embeddings, labels, parties):
+        seen.append(np.asarray(embeddings).copy())
+        return real(embeddings, labels, parties)
+
+    monkeypatch.setattr(wasp_vllm.pipeline.loop, "Voters", spy)
+    without = write_private(tmp_path / "without.csv", n=20)
+    with_long = tmp_path / "with.csv"  # the same records and a long one: it would set the padding
+    with_long.write_text(without.read_text() + "very long " * 30 + "record,positive\n")
+    by_text = []
+    for path in (with_long, without):
+        ctx = prepare(config(path, noise_seed=1))
+        Run(ctx, tmp_path / f"out-{path.stem}", engine_factory=lambda n, _c: FakeEngineForUnitTests(n),
+            embedder=PaddedBatchEmbedderForTests()).execute()  # fmt: skip
+        by_text.append({t: row.tobytes() for t, row in zip(ctx.private.texts, seen[-1], strict=True)})
+    assert len(by_text[0]) == len(by_text[1]) + 1
+    assert all(by_text[0][t] == row for t, row in by_text[1].items())
+
+
+def _fallback_only(texts: list[str], labels: list[str], factory) -> list[str]:
+    """Records of a run in which no private call is affordable: every token is a public fallback."""
+    table, report = run_hotpate(
+        texts, labels, ["good", "bad"], teachers=4, max_tokens=6, n_samples=4, epsilon=0.05,
+        delta=1e-5, seed=3, source_factory=factory,
+    )  # fmt: skip
+    assert report["tokens_private"] == 0 and report["tokens_fallback"] > 0
+    return table.column("text").to_pylist()
+
+
+def test_hot_pate_fallback_tokens_do_not_depend_on_a_private_prompts_length():
+    texts = [f"{lab} review {i} {CANARY}" for lab in ("good", "bad") for i in range(8)]
+    labels = ["good"] * 8 + ["bad"] * 8
+    longer = [texts[0] + " and a much longer tail" * 12, *texts[1:]]
+    first = _fallback_only(texts, labels, PaddedBatchStubForTests)
+    assert first == _fallback_only(longer, labels, PaddedBatchStubForTests)
+
+
+def test_hot_pate_never_batches_the_public_prompt_with_teacher_prompts():
+    calls: list[list[str]] = []
+
+    def factory(prompts):
+        calls.append(list(prompts))
+        return StubSource(prompts)
+
+    texts = [f"review {i}" for i in range(8)]
+    _fallback_only(texts, ["good", "bad"] * 4, factory)
+    assert calls and {len(c) for c in calls} == {1, 4}  # the public prompt alone; the 4 teachers
+
+
+@pytest.mark.slow
+def test_the_real_embedder_gives_each_record_the_same_bits_with_or_without_another(embedder):
+    texts = [
+        "Works well, no side effects.",
+        "It made me dizzy for a week and I stopped after ten days; my doctor switched me.",
+        "Fine.",
+        "After two months the headaches are gone " * 12,  # the longest: it sets a batch's padding
+    ]
+    alone = encode_each(embedder, texts)
+    assert alone[:-1].tobytes() == encode_each(embedder, texts[:-1]).tobytes()
+    assert np.allclose(alone, embedder.encode(texts), atol=1e-5)  # the same embeddings, up to rounding
+
+
+@pytest.mark.slow
+def test_the_public_rows_distribution_does_not_depend_on_a_teacher_prompts_length():
+    import torch
+
+    from wasp_vllm.hotpate import load_lm
+    from wasp_vllm.hotpate.teachers import TeacherEnsembleLM, WithPublicRow
+
+    lm = load_lm("smollm2", device="cpu", dtype=torch.float32)
+    public = "Write a short patient review of a drug."
+    short = ["Review: it helped.", "Review: no effect."]
+    long = ["Review: it helped. " + "It really did help with the pain every single day. " * 8, short[1]]
+
+    def public_rows(teachers: list[str]) -> list[bytes]:
+        source = WithPublicRow(TeacherEnsembleLM(lm, teachers), TeacherEnsembleLM(lm, [public]))
+        rows = [source.next_distributions()[-1].tobytes()]
+        for token in source.encode(' "It'):
+            source.append(token)
+            rows.append(source.next_distributions()[-1].tobytes())
+        return rows
+
+    assert public_rows(short) == public_rows(long)

@@ -1,0 +1,136 @@
+"""``generate --dry-run`` and ``wasp_vllm.plan``: the plan of a run from settings and public facts.
+
+It must never read the private data (a missing file still gives a plan, an in-memory set is never
+touched), load a model or write anything; it says where its throughput comes from (the last run
+here, else a built-in table); and a real run records the estimate beside what happened."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import wasp_vllm
+from tests.fakes import use_fake_backends
+from wasp_vllm.cli import app
+from wasp_vllm.config import RunConfig
+from wasp_vllm.pipeline import privacy_plan, throughput
+from wasp_vllm.pipeline.estimate import plan_run
+
+DEMO = ["--plms", "smollm2,gemma3", "--task", "drugs", "--n", "300", "--rounds", "5", "--epsilon", "4",
+        "--q", "8", "--s", "8", "--max-new-tokens", "64"]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def scratch_cache(tmp_path, monkeypatch):
+    """An empty cache of measurements, and a CPU-only machine (nvidia-smi finds nothing)."""
+    monkeypatch.setenv("WASP_VLLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("wasp_vllm.pipeline.estimate.nvidia_gpus", lambda: [])
+
+
+class Untouchable:
+    """Private data that fails the moment anything looks at it (its length, rows, columns)."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the dry run looked at the private data ({name})")
+
+    def __len__(self):
+        raise AssertionError("the dry run took the private data's size")
+
+    def __iter__(self):
+        raise AssertionError("the dry run read the private data")
+
+
+READERS = (
+    "wasp_vllm.data.load_private",
+    "wasp_vllm.pipeline.context.load_private",
+    "wasp_vllm.pipeline.context.table_to_set",
+    "wasp_vllm.api.as_table",
+    "wasp_vllm.engines.make_engine",
+    "wasp_vllm.engines.registry.packaged_model_dir",
+)
+
+
+def never(*_a, **_k):
+    raise AssertionError("the dry run called a reader of private data or a model loader")
+
+
+@pytest.fixture
+def no_readers(monkeypatch):
+    """Every reader of private data, and the engines, fail if called."""
+    for target in READERS:
+        monkeypatch.setattr(target, never)
+
+
+def test_the_dry_run_plans_without_the_private_file(tmp_path, monkeypatch, no_readers):
+    monkeypatch.chdir(tmp_path)
+    argv = ["generate", *DEMO, "--private", "nowhere/private.csv", "--out", "out", "--dry-run"]
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    cfg = RunConfig(plms=["smollm2", "gemma3"], private="nowhere/private.csv", max_new_tokens=64)
+    plan = privacy_plan(cfg)
+    assert f"{plan.sigma:.3f}" in text and f"{plan.prior_sigma:.3f}" in text  # every release's sigma
+    assert "epsilon 4.000 by the exact accountant" in text
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in result.output.splitlines()]
+    assert [r for r in rows if r[:1] in (["0"], ["4"])] == [["0", "30", "30", "60"], ["4", "30", "30", "60"]]
+    assert "built-in table" in text and "estimated wall time" in text and "tok/s" in text
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_the_python_api_plans_without_touching_in_memory_data(no_readers):
+    plan = wasp_vllm.plan(Untouchable(), plms=["smollm2", "gemma3"], n=300, max_new_tokens=64)
+    same = wasp_vllm.generate(Untouchable(), out="never", dry_run=True, plms=["smollm2", "gemma3"],
+                              n=300, max_new_tokens=64)  # fmt: skip
+    assert plan.to_dict() == same.to_dict()
+    assert [sum(q.values()) for q in plan.quotas] == [60] * 5
+    smollm2 = plan.engines[0]
+    assert smollm2.samples == 150 and smollm2.tokens == smollm2.generated * 64  # the cap: the worst case
+    assert smollm2.wall_s == pytest.approx(smollm2.startup_s + smollm2.tokens / smollm2.tokens_per_s)
+    assert plan.total_s > max(e.wall_s for e in plan.engines)
+    assert json.dumps(plan.to_dict())  # public and serialisable
+
+
+def test_the_plan_uses_the_last_run_here_and_says_so():
+    cfg = RunConfig(plms=["smollm2", "gemma3"], max_new_tokens=64)
+    before = plan_run(cfg).engines[0]
+    assert before.source.startswith(throughput.BUILT_IN) and before.tokens_per_s == 160.0
+    measured = {"smollm2": {"engine": before.engine, "tokens": 9000, "generation_s": 30.0, "startup_s": 20.0,
+                            "generated": 200, "kept": 150}}  # fmt: skip
+    throughput.record(measured, "cpu")
+    after = plan_run(cfg).engines[0]
+    assert after.source.startswith(throughput.LAST_RUN) and after.tokens_per_s == 300.0
+    assert after.generated == 200 and after.tokens == 200 * 45  # its own reject rate and sample length
+    assert after.startup_s == 20.0
+    assert plan_run(cfg).engines[1].source.startswith(throughput.BUILT_IN)  # gemma3 not measured yet
+
+
+def test_a_gpu_box_plans_for_the_gpu_and_a_missing_model_says_how_to_get_it(monkeypatch):
+    monkeypatch.setattr("wasp_vllm.pipeline.estimate.nvidia_gpus", lambda: ["NVIDIA H100 80GB HBM3"])
+    plan = plan_run(RunConfig(plms=["llama3", "qwen"], n=6000, task="drugs"))
+    assert plan.summary["device"] == "gpu" and plan.concurrent
+    assert all("gpu" in e.source for e in plan.engines if e.engine != "hf")
+    assert plan.engines[0].resolves.startswith("no") and "hf download meta-llama" in plan.engines[0].resolves
+    result = CliRunner().invoke(
+        app, ["generate", "--plms", "llama3,qwen", "--dry-run"], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0 and "hf download meta-llama/Llama-3.1-8B-Instruct" in result.output
+
+
+def test_bad_settings_are_still_one_clear_error():
+    result = CliRunner().invoke(app, ["generate", "--epsilon", "-1", "--dry-run"])
+    assert result.exit_code == 2 and "epsilon" in result.output and "Traceback" not in result.output
+
+
+def test_a_run_records_the_estimate_beside_what_happened(tmp_path, monkeypatch):
+    use_fake_backends(monkeypatch)
+    result = wasp_vllm.generate(plms=["a", "b"], n=36, rounds=3, q=2, s=2, out=tmp_path / "run")
+    estimate = result.manifest["estimate"]
+    assert estimate["plan"]["summary"]["n"] == 36 and estimate["plan"]["total_s"] > 0
+    measured = estimate["measured"]["plms"]
+    assert set(measured) == {"a", "b"} and measured["a"]["engine"] == "FakeEngineForUnitTests"
+    assert sum(m["kept"] for m in measured.values()) == 36
+    assert measured["a"]["tokens"] == result.manifest["tokens"]["a"]
+    assert "public_work_s" in estimate["measured"]
+    assert not throughput.records_path().exists()  # a test double's speed is never kept as a measurement

@@ -1,0 +1,267 @@
+"""``wasp-vllm audit``: an empirical privacy audit of the user's own settings, from one real run.
+
+1. ``m`` canary records are made: a public label phrase and a signature of made-up words that no
+   model writes by chance.  Each goes into the private data by its own fair coin, drawn from the
+   operating system's entropy and kept in ``out/private/audit.json`` (never published).
+2. One real ``generate`` run on the private data plus the canaries that came up heads, with every
+   setting the user gave.
+3. A membership attack that sees only what the run publishes, the synthetic texts (the text-only
+   threat model of "The Canary's Echo", Meeus et al. 2025): each canary's *echo score* is the
+   share of its signature's made-up words that occur, exactly or one edit away, anywhere in the
+   synthetic corpus.
+   A canary that echoes (:data:`MIN_ECHO`) is guessed "in"; optionally the ``out_guesses`` lowest
+   of the rest "out"; the others abstain.
+4. One-run auditing (Steinke, Nasr & Jagielski 2023) turns the number of right guesses into a
+   lower bound on the epsilon the run really has, at the chosen confidence
+   (:func:`~wasp_vllm.privacy.audit.one_run_epsilon_lower_bound`).
+
+A lower bound above the claimed epsilon proves the claim false (a bug, or a leak around the
+mechanism).  A bound below it proves nothing about the claim: one run and a black-box attack see
+only part of what a worst-case adversary could, so the bound is usually far below the claim.  The
+audit's run spends privacy on the canaries like on any record: publish a separate run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wasp_vllm.privacy.audit import one_run_epsilon_lower_bound
+from wasp_vllm.store import write_json
+
+#: Syllables of the made-up words: pronounceable, so a PLM copies them as words.
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "sk")
+_NUCLEI = ("a", "e", "i", "o", "u", "ai", "ou")
+SIGNATURE_WORDS = 6
+AUDIT_FILE = "audit.json"
+
+
+@dataclass(frozen=True)
+class Canary:
+    """One canary record: its label, its public lead-in and its signature of made-up words."""
+
+    label: str
+    lead: str
+    signature: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.lead} {self.signature}"
+
+
+@dataclass(frozen=True)
+class CanaryAudit:
+    """What the audit found: the claimed epsilon beside the lower bound from one run."""
+
+    epsilon_claimed: float
+    delta: float
+    epsilon_lower_bound: float
+    confidence: float
+    canaries: int
+    guesses: int
+    correct: int
+    out: str
+
+    @property
+    def refutes_claim(self) -> bool:
+        return self.epsilon_lower_bound > self.epsilon_claimed
+
+    def statement(self) -> str:
+        """What the figures show and what they do not, in plain words."""
+        head = (
+            f"claimed epsilon {self.epsilon_claimed:.3g} (delta {self.delta:.3g}); audited lower bound "
+            f"{self.epsilon_lower_bound:.3g} at {self.confidence:.0%} confidence "
+            f"({self.correct} of {self.guesses} membership guesses right, {self.canaries} canaries)."
+        )
+        if self.refutes_claim:
+            return head + " The run leaks more than it claims: its guarantee is false. Do not publish it."
+        return head + (
+            " This does not prove the claim: a lower bound from one run and a text-only attack shows how "
+            "much leakage this attack could prove, not the most a worst-case attacker could get. It would "
+            "have caught a leak that makes the canaries' membership visible in the published text."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "refutes_claim": self.refutes_claim, "statement": self.statement()}
+
+
+def make_canaries(labels: Sequence[str], m: int, rng: secrets.SystemRandom) -> list[Canary]:
+    """``m`` canaries spread over the labels, each with a distinct signature of made-up words."""
+    canaries: list[Canary] = []
+    seen: set[str] = set()
+    while len(canaries) < m:
+        words = [
+            "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(3))
+            for _ in range(SIGNATURE_WORDS)
+        ]
+        signature = " ".join(words)
+        if signature in seen:
+            continue
+        seen.add(signature)
+        label = labels[len(canaries) % len(labels)]
+        canaries.append(Canary(label, f"About {label}:", signature))
+    return canaries
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[^\W\d_]+", text.lower()))  # letters only: "Lutrilo)" and "lutrilo3" count
+
+
+def _deletions(word: str) -> set[tuple[int, str]]:
+    """The word with one letter left out, each with the position it left out."""
+    return {(i, word[:i] + word[i + 1 :]) for i in range(len(word))}
+
+
+def echo_scores(canaries: Sequence[Canary], corpus: Sequence[str]) -> np.ndarray:
+    """Per canary, the share of its signature's made-up words that occur in the corpus, exactly or
+    one edit away (a PLM that copies a rare name now and then misspells it: "Lutrilo" for
+    "lutrilo", "sofobou" for "sofobrou").  One edit, found through single-deletion variants: an
+    insertion or deletion when one word is a deletion of the other, a substitution when both
+    leave out the same position and agree on the rest."""
+    words: set[str] = set()
+    for text in corpus:
+        words |= _words(text)
+    shorter = {variant for w in words for _, variant in _deletions(w)}
+    same_slot = set().union(*map(_deletions, words)) if words else set()
+
+    def echoes(word: str) -> bool:
+        mine = _deletions(word)
+        return (
+            word in words
+            or word in shorter
+            or any(variant in words for _, variant in mine)
+            or bool(mine & same_slot)
+        )
+
+    scores = []
+    for canary in canaries:
+        signature = canary.signature.lower().split()
+        scores.append(sum(echoes(w) for w in signature) / len(signature))
+    return np.asarray(scores, dtype=np.float64)
+
+
+#: An "in" guess needs this share of a canary's made-up words in the corpus (one of six): a fixed,
+#: public rule.  Small PLMs copy a rare word of an example now and then, rarely a phrase (SmolLM2
+#: under the planted leak of the tests: 16 of 39 included canaries echoed a word, none of 25 left
+#: out; without the leak 1 of 64, "danage" one letter from "manage").  Such chance echoes cost the
+#: attack power, never validity: a guess that does not depend on the coins is right half the time.
+MIN_ECHO = 1 / SIGNATURE_WORDS - 1e-9
+
+
+def guess_membership(
+    scores: np.ndarray, out_guesses: int = 0, min_echo: float = MIN_ECHO, seed: int = 0
+) -> np.ndarray:
+    """+1 (in) for every canary that echoes at least ``min_echo``, -1 (out) for the ``out_guesses``
+    lowest of the others, 0 abstain.  The rule is a function of the published output alone, so the
+    one-run bound holds whatever number of guesses it makes (Steinke et al. condition on it);
+    ties go in a public random order, which carries no information about the coins."""
+    echoed = scores >= min_echo
+    if not 0 <= out_guesses <= int((~echoed).sum()):
+        raise ValueError(f"out guesses must be in [0, {int((~echoed).sum())}] (the canaries not guessed in)")
+    tie_break = np.random.default_rng(seed).random(scores.size)
+    order = [i for i in np.lexsort((tie_break, scores)) if not echoed[i]]  # ascending score
+    out = np.where(echoed, 1, 0).astype(np.int64)
+    out[order[:out_guesses]] = -1
+    return out
+
+
+def with_canaries(table: pa.Table, text_col: str, label_col: str, canaries: Sequence[Canary]) -> pa.Table:
+    """The private table plus the canaries (other columns empty), as the run will read it."""
+    rows = [{text_col: c.text, label_col: c.label} for c in canaries]
+    extra = pa.Table.from_pylist(
+        rows, schema=pa.schema([table.schema.field(text_col), table.schema.field(label_col)])
+    )
+    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    for name in table.column_names:
+        columns[name] += extra.column(name).to_pylist() if name in extra.column_names else [None] * len(rows)
+    return pa.table(columns, schema=table.schema)
+
+
+def score_run(out: Path, canaries: Sequence[Canary], included: np.ndarray, out_guesses: int,
+              confidence: float) -> CanaryAudit:  # fmt: skip
+    """The attack on the run's published files only, and the one-run bound."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    texts = pq.read_table(out / "synthetic.parquet", columns=["text"]).column("text").to_pylist()
+    scores = echo_scores(canaries, texts)
+    guess = guess_membership(scores, min(out_guesses, int((scores < MIN_ECHO).sum())))
+    truth = np.where(included, 1, -1)
+    correct = int(np.sum((guess != 0) & (guess == truth)))
+    ledger = manifest["privacy"]["ledger"]
+    claimed, delta = float(ledger["epsilon_spent_exact"]), float(ledger["delta"])
+    guesses = int(np.count_nonzero(guess))
+    bound = one_run_epsilon_lower_bound(len(canaries), guesses, correct, delta, confidence)
+    return CanaryAudit(claimed, delta, bound, confidence, len(canaries), guesses, correct, str(out))
+
+
+def record_coins(out: Path, canaries: Sequence[Canary], included: np.ndarray) -> None:
+    """The coins and canaries, for the operator only (they say which canaries the run saw)."""
+    coins = [
+        {"text": c.text, "label": c.label, "included": bool(i)}
+        for c, i in zip(canaries, included, strict=True)
+    ]
+    write_json(out / "private" / AUDIT_FILE, {"canaries": coins})
+
+
+def audit(
+    private: Any = None,
+    *,
+    out: str | Path,
+    canaries: int = 64,
+    out_guesses: int = 0,
+    confidence: float = 0.95,
+    config: Any = None,
+    overwrite: bool = False,
+    backends: Any = None,
+    progress: Any = None,
+    **settings: Any,
+) -> CanaryAudit:
+    """Insert canaries by secret coins, make one real run with these settings, attack its published
+    files and bound epsilon from below (module docstring)."""
+    from wasp_vllm.api import as_table, generate, run_config
+    from wasp_vllm.config import ConfigError
+    from wasp_vllm.sources import source_table
+    from wasp_vllm.tasks import get_task
+
+    if canaries < 4:
+        raise ConfigError("an audit needs at least 4 canaries (64 or more to bound epsilon above 1)")
+    if not 0 <= out_guesses < canaries:
+        raise ConfigError(f"out guesses must be in [0, {canaries - 1}]")
+    cfg = run_config(private, config, settings)
+    table = as_table(private)
+    columns: dict[str, str | None] = {
+        "text_col": cfg.text_col, "label_col": cfg.label_col, "attribute_col": cfg.attribute_col
+    }  # fmt: skip
+    if table is None:
+        table, builtin = source_table(cfg.private, "fit")
+        if builtin is not None:
+            columns = {"text_col": builtin.text_col, "label_col": builtin.label_col,
+                       "attribute_col": builtin.attribute_col}  # fmt: skip
+    text_col, label_col = columns["text_col"], columns["label_col"]
+    if text_col is None or label_col is None:
+        raise ConfigError(
+            "an audit needs the private data's text and label columns (--text-col, --label-col)"
+        )
+    coin = secrets.SystemRandom()
+    made = make_canaries(get_task(cfg.task).labels, canaries, coin)
+    included = np.array([coin.random() < 0.5 for _ in made])
+    data = with_canaries(
+        table,
+        text_col,
+        label_col,
+        [c for c, i in zip(made, included, strict=True) if i],
+    )
+    own = {k: v for k, v in cfg.model_dump().items() if k != "private"} | columns
+    generate(data, out=out, overwrite=overwrite, backends=backends, progress=progress, **own)
+    record_coins(Path(out), made, included)
+    result = score_run(Path(out), made, included, out_guesses, confidence)
+    write_json(Path(out) / "private" / "audit_result.json", result.to_json())
+    return result

