@@ -73,6 +73,8 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
         ("wasp", "WASP", "main", wasp, None),
         ("wasp-fewshot", "WASP, few-shot prompts (no contrast)", "lever",
          {**wasp, "strategy": "wasp-no-contrast"}, None),
+        ("wasp-fewshot-uniform", "WASP, few-shot prompts, uniform label split", "lever",
+         {**wasp, "strategy": "wasp-no-contrast", "label_prior": "uniform"}, None),
         ("wasp-no-weighting", "WASP, no PLM weighting", "lever",
          {**wasp, "strategy": "wasp-no-weighting"}, None),
         *((key, label, "lever", {**wasp, **change}, None) for key, label, change in LEVERS),
@@ -106,8 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="rounds T (default 5; quick 2)")
     p.add_argument("--m", type=int, default=100, help="private records drawn from TASK:fit (default 100)")
     p.add_argument(
-        "--max-new-tokens", type=int, default=None, help="token cap per sample (default: each task's own)"
-    )
+        "--max-new-tokens", type=int, default=None,
+        help="token cap per sample: each task's own, or this where the task's is larger",
+    )  # fmt: skip
     p.add_argument("--engine", choices=("auto", "vllm", "hf"), default="auto", help=f"auto = {AUTO_ENGINE}")
     p.add_argument("--max-minutes", type=float, default=None, help="start no new run after this many minutes")
     p.add_argument("--work", default=None, help="run folders and records (default runs/bench-tasks[-quick])")
@@ -125,6 +128,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.engine = AUTO_ENGINE if args.engine == "auto" else args.engine
     args.config = QUICK_CONFIG if args.quick else RUN_CONFIG
     return args
+
+
+def token_cap(task: str, cap: int | None) -> int | None:
+    """The task's own token cap, or ``cap`` where that is smaller (None: the task's own)."""
+    from wasp_vllm.tasks import get_task
+
+    own = get_task(task).max_new_tokens
+    return None if cap is None or cap >= own else cap
 
 
 def _check(args: argparse.Namespace, table: dict[str, Any]) -> None:
@@ -179,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.seeds):  # seed-major: an interrupted grid still has whole seeds
             for task in args.tasks:
                 data = Data(task, args.split)
-                settings = Settings(args.engine, args.n, args.rounds, args.max_new_tokens,
+                settings = Settings(args.engine, args.n, args.rounds, token_cap(task, args.max_new_tokens),
                                     args.work / task, config=args.config)  # fmt: skip
                 for key in args.methods:
                     method = table[key][0]
