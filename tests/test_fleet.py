@@ -65,6 +65,8 @@ def test_the_example_fleet_file_reads_with_its_ray_table_and_run_settings():
         ("[[plm]]\nname='a'\n[run]\nplms=['x']\n", "leave plms out"),
         ("[ray]\ndevice='tpu'\n[[plm]]\nname='a'\n", "device must be"),
         ("[ray]\nport=70000\n[[plm]]\nname='a'\n", "port must be"),
+        ("[ray]\nroute='wasp'\n[[plm]]\nname='a'\n", "route must be a URL path"),
+        ("[ray]\nroute='/a b'\n[[plm]]\nname='a'\n", "route must be a URL path"),
         ("[ray]\nadress='x'\n[[plm]]\nname='a'\n", "unknown key"),
         ("[fleet]\nhost='x'\n[[plm]]\nname='a'\n", "[fleet] is gone"),
         ("[ray]\n", "no [[plm]] entry"),
@@ -141,10 +143,12 @@ def test_the_plms_value_names_every_plm_at_the_one_serve_route_and_parses_back(t
         ("a", ["http://head:8100/v1"]),
         ("b", ["http://head:8100/v1"]),
     ]
+    second = fleet.read_fleet(write_fleet(tmp_path, '[ray]\nroute = "/b/"\n[[plm]]\nname = "c"\n'))
+    assert fleet.plms_value(second) == "c@http://127.0.0.1:8000/b/v1"  # a second fleet, its own route
 
 
 def test_fleet_up_refuses_an_address_nothing_listens_at_quickly_and_plainly(tmp_path):
-    pytest.importorskip("ray.serve")
+    pytest.importorskip("ray.serve")  # imported before the clock: a fresh venv compiles Ray first
     runner = CliRunner()
     started = time.monotonic()
     port = free_port()

@@ -15,6 +15,7 @@ import); :mod:`wasp_vllm.ray_fleet` talks to the cluster.  The file::
     [ray]                      # where and how (all optional)
     address = "auto"           # the cluster: auto (RAY_ADDRESS / the local `ray start`), host:6379, ray://h:10001
     app = "wasp"               # the Serve application holding the PLMs
+    route = "/"                # its route prefix (another fleet on the same cluster needs another)
     host = "127.0.0.1"         # address the Serve proxy binds (0.0.0.0: other machines; no auth!)
     port = 8000
     [[plm]]
@@ -26,6 +27,7 @@ import); :mod:`wasp_vllm.ray_fleet` talks to the cluster.  The file::
 
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,7 @@ import tomllib
 #: Share of a GPU a whole-card engine takes (as the in-process engines do); a fraction of a card
 #: (``num_gpus`` < 1) gets that fraction of it.
 GPU_SHARE = 0.9
-RAY_KEYS = {"address", "app", "host", "port", "public_host", "wait_s", "device"}
+RAY_KEYS = {"address", "app", "route", "host", "port", "public_host", "wait_s", "device"}
 PLM_KEYS = {"name", "model", "replicas", "min_replicas", "max_replicas", "tensor_parallel_size", "num_cpus",
             "num_gpus", "accelerator_type", "max_model_len", "kv_cache_gib", "gpu_memory_utilization",
             "engine_kwargs", "env"}  # fmt: skip
@@ -72,6 +74,7 @@ class RayTable:
 
     address: str = "auto"
     app: str = "wasp"
+    route: str = "/"  # the application's route prefix: two fleets on one cluster need two routes
     host: str = "127.0.0.1"
     port: int = 8000
     public_host: str | None = None
@@ -154,8 +157,11 @@ def _ray_table(head: Any, path: Path) -> RayTable:
     port = _get(head, "port", int, 8000, "[ray]")
     if not 0 < port < 65536:
         raise FleetError("[ray]: port must be a TCP port (1-65535)")
+    route = _get(head, "route", str, "/", "[ray]")
+    if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", route) or "//" in route:
+        raise FleetError(f"[ray]: route must be a URL path starting with '/', e.g. /wasp (got {route!r})")
     return RayTable(_get(head, "address", str, "auto", "[ray]"), _get(head, "app", str, "wasp", "[ray]"),
-                    _get(head, "host", str, "127.0.0.1", "[ray]"), port,
+                    route, _get(head, "host", str, "127.0.0.1", "[ray]"), port,
                     _get(head, "public_host", str, None, "[ray]"),
                     float(_get(head, "wait_s", (int, float), 900, "[ray]")), device)  # fmt: skip
 
@@ -256,7 +262,7 @@ def llm_config(e: PLMEntry, source: str, on_gpu: bool) -> dict[str, Any]:
 def public_url(ray: RayTable) -> str:
     """The OpenAI route a run calls: the Serve proxy's address as other machines reach it."""
     host = ray.public_host or (socket.getfqdn() if ray.host == "0.0.0.0" else ray.host)
-    return f"http://{host}:{ray.port}/v1"
+    return f"http://{host}:{ray.port}{ray.route.rstrip('/')}/v1"
 
 
 def plms_value(fleet: Fleet) -> str:

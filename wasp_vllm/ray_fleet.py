@@ -148,7 +148,7 @@ def up(fleet: Fleet, directory: Path = DEFAULT_DIR, *, address: str | None = Non
         log.info("deploying %d PLM(s) as Ray Serve application %r (%s)", len(fleet.plms), name,
                  "GPU" if on_gpu else "CPU")  # fmt: skip
         try:
-            target = serve.RunTarget(target=app, name=name, route_prefix="/")
+            target = serve.RunTarget(target=app, name=name, route_prefix=fleet.ray.route)
             serve.run_many(
                 [target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False
             )
