@@ -23,6 +23,7 @@ writes ``ray_served.{md,json,png}``; ``--from-json FILE`` re-renders a saved res
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -131,14 +132,16 @@ def measure_on(cluster: Any, s: Settings, engine: Any) -> dict[str, Any]:
 def measure(s: Settings) -> dict[str, Any]:
     from tests.ray_cluster import Cluster
 
-    # Read when ray is first imported: one node on loopback (see tests/ray_cluster.py).
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    # Read when ray is first imported (vLLM imports it too, before the cluster exists): one node on
+    # loopback and the cluster's token (see tests/ray_cluster.py).
+    token = secrets.token_hex(16)
+    os.environ |= {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token",
+                   "RAY_AUTH_TOKEN": token}  # fmt: skip
     engine, in_process_startup = gw.start_vllm(s.plm, False)  # alone on the machine while it starts
     try:
         started = time.perf_counter()
-        cluster = Cluster()
+        cluster = Cluster(token)
         ray_startup = time.perf_counter() - started
-        os.environ.update({k: v for k, v in cluster.env.items() if k.startswith("RAY_")})
         try:
             res = measure_on(cluster, s, engine)
         finally:

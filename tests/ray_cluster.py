@@ -49,14 +49,14 @@ def processes() -> list[tuple[int, int, str]]:
 class Cluster:
     """A one-node Ray cluster on 127.0.0.1 started by ``ray start --head --block`` in its own session."""
 
-    def __init__(self) -> None:
+    def __init__(self, token: str | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths
         gcs, client, dash, agent, self.serve_port = free_ports(5)
         self.address = f"127.0.0.1:{gcs}"
         self.env = os.environ | {
             # One node on loopback: Ray otherwise swaps 127.0.0.1 for the machine's routable address.
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
+            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token or secrets.token_hex(16),
             "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0",
             "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1",
         }  # fmt: skip

@@ -230,7 +230,8 @@ def test_a_replica_killed_mid_run_is_routed_around_and_restarted_and_the_run_los
 @pytest.mark.timeout(900)
 def test_a_deployment_that_cannot_start_fails_fleet_up_with_ray_serve_s_reason(cluster, fleet, tmp_path):
     (tmp_path / "broken.toml").write_text(
-        f'[ray]\naddress = "{cluster.address}"\napp = "broken"\nroute = "/broken"\nport = {cluster.serve_port}\n'
+        f'[ray]\naddress = "{cluster.address}"\napp = "broken"\nroute = "/broken"\n'
+        f"port = {cluster.serve_port}\n"
         f'[[plm]]\nname = "nothing"\nmodel = "{tmp_path / "no-such-model"}"\nkv_cache_gib = 1\n'
     )
     proc = cli("fleet", "up", str(tmp_path / "broken.toml"), "--dir", str(tmp_path / "state"),
