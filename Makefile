@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	@echo "wasp-vllm demo on the $(BUILD) build of vLLM ($$($(BIN)/python -c 'from wasp_vllm.devices import nvidia_gpus; print(", ".join(nvidia_gpus()) or "CPU only")'))"
+	@echo "wasp-vllm demo on the $(BUILD) build of vLLM ($$($(BIN)/python -c 'from wasp_vllm.engines.devices import nvidia_gpus; print(", ".join(nvidia_gpus()) or "CPU only")'))"
 	$(BIN)/wasp-vllm generate --plms smollm2,gemma3 --task drugs --private drugs:fit --n 300 --rounds 5 \
 		--epsilon 4 --delta 1e-5 --q 8 --s 8 --max-new-tokens 64 --out runs/demo --overwrite
 

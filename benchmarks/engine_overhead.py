@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         payload = report.read_json(args.from_json)
     else:
         bench_cli.setup_logging()
-        from wasp_vllm.devices import gpu_available
+        from wasp_vllm.engines.devices import gpu_available
 
         s = bench_cli.override(
             make_settings(args.quick, gpu_available()),

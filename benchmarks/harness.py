@@ -179,7 +179,7 @@ class CachedEmbedder:
     @property
     def _inner(self) -> Any:
         if self._inner_model is None:
-            from wasp_vllm.embed import Embedder
+            from wasp_vllm.engines.embedder import Embedder
 
             self._inner_model = Embedder(self._spec)
             self.name = self._inner_model.name
@@ -250,7 +250,7 @@ def reuse_or_run(
 ) -> tuple[dict[str, Any], bool]:
     """``(record, reused)``: a finished run's record under ``settings.work`` is reused; else the run
     goes and its record (plus ``extras(run_dir, manifest)``) is written atomically."""
-    from wasp_vllm.store import write_json
+    from wasp_vllm.pipeline.store import write_json
 
     path = record_path(method, seed, data, settings)
     if path.exists():

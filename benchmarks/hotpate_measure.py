@@ -103,7 +103,7 @@ def measure(
     model: str, m: int, k: int, records: int, draws: int, max_tokens: int, seed: int
 ) -> dict[str, Any]:
     """The walks of all labels of the packaged drug reviews (train split, M drawn by keyed hash)."""
-    from wasp_vllm.data import load_private
+    from wasp_vllm.data.records import load_private
     from wasp_vllm.tasks import get_task
 
     spec = get_task("drugs")

@@ -87,7 +87,7 @@ def generation_wall(manifest: dict[str, Any], concurrent: bool) -> float:
 
 
 def measure(s: Settings) -> dict[str, Any]:
-    from wasp_vllm.devices import gpu_available
+    from wasp_vllm.engines.devices import gpu_available
     from wasp_vllm.pipeline import Run, default_backends, prepare
 
     cfg = run_config(s)
@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         payload = report.read_json(args.from_json)
     else:
         bench_cli.setup_logging()
-        from wasp_vllm.devices import gpu_available
+        from wasp_vllm.engines.devices import gpu_available
 
         plms = tuple(args.plms.split(",")) if args.plms else None
         s = bench_cli.override(

@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     data = Data(args.dataset, args.split)
     setup_logging()
 
-    from wasp_vllm.data import load_test
+    from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
 
     methods = method_grid(args.quick, args.federated_m, args.groups)

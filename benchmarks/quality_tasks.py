@@ -139,7 +139,7 @@ def token_cap(task: str, cap: int | None) -> int | None:
 
 
 def _check(args: argparse.Namespace, table: dict[str, Any]) -> None:
-    from wasp_vllm.builtin_sets import BUILTIN
+    from wasp_vllm.data.builtin import BUILTIN
 
     if unknown := [t for t in args.tasks if t not in BUILTIN]:
         raise SystemExit(f"--tasks: no built-in set {unknown}; one of {', '.join(BUILTIN)}")
@@ -148,7 +148,7 @@ def _check(args: argparse.Namespace, table: dict[str, Any]) -> None:
 
 
 def new_payload(args: argparse.Namespace, argv: list[str] | None, table: dict[str, Any]) -> dict[str, Any]:
-    from wasp_vllm.data import load_private, load_test
+    from wasp_vllm.data.records import load_private, load_test
     from wasp_vllm.tasks import get_task
 
     methods = [table[k][0] for k in args.methods]

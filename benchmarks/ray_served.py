@@ -8,7 +8,7 @@ engines of the same model, on the same machine:
 - Ray, 1 replica: ``OpenAIEngine`` against a Ray Serve application of one replica;
 - Ray, 2 replicas: ``OpenAIEngine`` against an application of two replicas (Ray routes between them).
 
-Both applications are built from ``wasp_vllm.fleet.llm_config``, as ``wasp-vllm fleet up`` builds
+Both applications are built from ``wasp_vllm.ops.fleet.llm_config``, as ``wasp-vllm fleet up`` builds
 them, on a one-node cluster this script starts on 127.0.0.1 (``ray start --head --block``) and
 stops; each is Ray Serve LLM's development app, which adds ``POST /reset_prefix_cache``.  Calls
 alternate (order rotated every repetition) and every prefix cache is reset before each call.
@@ -66,7 +66,7 @@ def deploy(s: Settings, app: str, replicas: int, route: str) -> float:
     from ray.llm._internal.serve.core.ingress.dev_ingress import build_dev_openai_app
     from ray.serve.llm import LLMConfig
 
-    from wasp_vllm import fleet, ray_fleet
+    from wasp_vllm.ops import fleet, ray_fleet
 
     entry = fleet.PLMEntry(name=s.plm, model=s.plm, replicas=replicas, kv_cache_gib=1)
     config = LLMConfig(**fleet.llm_config(entry, fleet.model_source(s.plm), on_gpu=False))
@@ -102,9 +102,9 @@ def variants(engine: Any, clients: dict[str, Any], prompts: list[str], seeds: li
 def measure_on(cluster: Any, s: Settings, engine: Any) -> dict[str, Any]:
     from ray import serve
 
-    from wasp_vllm import ray_fleet
     from wasp_vllm.engines import GenerationParams
     from wasp_vllm.engines.openai_engine import OpenAIEngine
+    from wasp_vllm.ops import ray_fleet
 
     prompts, kinds = gw.bench_prompts(s.n_prompts)
     seeds = [1_000 + i for i in range(len(prompts))]

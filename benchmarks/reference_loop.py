@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         payload = report.read_json(args.from_json)
     else:
         bench_cli.setup_logging()
-        from wasp_vllm.devices import gpu_available
+        from wasp_vllm.engines.devices import gpu_available
 
         plms = tuple(args.plms.split(",")) if args.plms else None
         s = bench_cli.override(

@@ -62,7 +62,7 @@ def load_average() -> list[float]:
 
 def machine() -> dict[str, Any]:
     """What measured the figures: device, CPU count, versions, load average (at start; at end: finish)."""
-    from wasp_vllm.devices import gpu_available
+    from wasp_vllm.engines.devices import gpu_available
 
     device = f"CPU ({os.cpu_count()} cores, {platform.machine()})"
     if gpu_available():

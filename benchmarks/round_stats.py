@@ -61,7 +61,7 @@ def pools_per_round(run_dir: Path, tables: list[Any], labels: list[str], s: int)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from wasp_vllm.selection import select_pools
+    from wasp_vllm.pipeline.selection import select_pools
 
     pools: dict[int, dict] = {}
     for t in range(len(tables) - 1):
@@ -94,7 +94,7 @@ class ReferenceJudge:
         from sklearn.linear_model import LogisticRegression
         from sklearn.preprocessing import StandardScaler
 
-        from wasp_vllm.data import load_private
+        from wasp_vllm.data.records import load_private
         from wasp_vllm.evaluation.classifier import LOGREG_C, LOGREG_MAX_ITER
         from wasp_vllm.tasks import get_task
 

@@ -1,4 +1,4 @@
-"""Exact Top-Q search: ``wasp_vllm.search.topq_near_far`` against numpy and torch brute forces.
+"""Exact Top-Q search: ``wasp_vllm.privacy.search.topq_near_far`` against numpy and torch brute forces.
 
 ``topq_near_far`` (FAISS flat candidates, float64 rescoring, an error certificate) and the brute
 forces (float32 GEMM distances + top-k) get the same random float32 data: d=384, 3 labels, q=8,
@@ -115,7 +115,7 @@ def torch_topq(
 
 
 def methods(gpu: bool) -> dict[str, Callable[..., Any]]:
-    from wasp_vllm import search
+    from wasp_vllm.privacy import search
 
     out: dict[str, Callable[..., Any]] = {
         FAISS: lambda *a: search.topq_near_far(*a, use_gpu=False),
@@ -251,7 +251,7 @@ def table(payload: dict[str, Any]) -> report.Table:
         for k in others
     }
     t.notes += [
-        "faiss = wasp_vllm.search.topq_near_far: float32 FAISS candidates, float64 rescoring, error "
+        "faiss = wasp_vllm.privacy.search.topq_near_far: float32 FAISS candidates, float64 rescoring, error "
         "certificate (exact: equals a float64 brute force with its tie rule). Brute forces are plain "
         "float32 GEMM + top-k.",
         "rows identical to faiss (near and far), worst combination: "
@@ -300,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         payload = report.read_json(args.from_json)
     else:
         bench_cli.setup_logging()
-        from wasp_vllm.devices import gpu_available
+        from wasp_vllm.engines.devices import gpu_available
 
         s = bench_cli.override(
             make_settings(args.quick, gpu_available()), budget_s=args.budget_s, budget_gb=args.budget_gb

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wasp_vllm.embed import Embedder
+from wasp_vllm.engines.embedder import Embedder
 
 
 @pytest.fixture(scope="session")

@@ -182,7 +182,9 @@ def use_fake_backends(monkeypatch, engines: dict | None = None) -> dict:
         "wasp_vllm.pipeline.default_backends", lambda cfg: Backends(factory, HashEmbedderForTests())
     )
     monkeypatch.setattr("wasp_vllm.engines.registry.check_plms", lambda specs, kind: None)
-    monkeypatch.setattr("wasp_vllm.embed.resolve_embedder", lambda spec: ("hash-embedder-for-tests", None))
+    monkeypatch.setattr(
+        "wasp_vllm.engines.embedder.resolve_embedder", lambda spec: ("hash-embedder-for-tests", None)
+    )
     monkeypatch.setattr("wasp_vllm.pipeline.loop.gpu_available", lambda: False)  # spares importing torch
     return engines
 
@@ -209,8 +211,8 @@ def _maybe_kill(stage: str) -> None:
 def _install_kill_points() -> None:
     import pyarrow.parquet as pq
 
+    import wasp_vllm.pipeline.store as store
     import wasp_vllm.privacy.mechanisms as mechanisms
-    import wasp_vllm.store as store
 
     real_vote = mechanisms.VotingMechanism.release
 

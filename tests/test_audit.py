@@ -28,7 +28,7 @@ import pytest
 
 import wasp_vllm.privacy.voting as voting
 from wasp_vllm.config import RunConfig
-from wasp_vllm.data import PrivateSet, draw_records
+from wasp_vllm.data.records import PrivateSet, draw_records
 from wasp_vllm.pipeline.context import privacy_plan
 from wasp_vllm.privacy.accountant import PrivacyLedger
 from wasp_vllm.privacy.audit import TradeoffAudit, clopper_pearson, gdp_audit

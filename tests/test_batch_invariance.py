@@ -17,7 +17,7 @@ import wasp_vllm.pipeline.loop
 from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.test_hotpate import CANARY, StubSource
 from tests.test_noise import config, write_private
-from wasp_vllm.embed import encode_each
+from wasp_vllm.engines.embedder import encode_each
 from wasp_vllm.hotpate import run_hotpate
 from wasp_vllm.pipeline import Run, prepare
 

@@ -107,7 +107,7 @@ def test_stage_table_renders(tmp_path: Path) -> None:
 
 
 def test_brute_forces_agree_with_the_exact_search() -> None:
-    from wasp_vllm.search import topq_near_far
+    from wasp_vllm.privacy.search import topq_near_far
 
     rng = np.random.default_rng(1)
     p, s = rng.standard_normal((40, 16), dtype=np.float32), rng.standard_normal((300, 16), dtype=np.float32)

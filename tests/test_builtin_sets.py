@@ -10,10 +10,10 @@ import importlib.util
 
 import pytest
 
-from wasp_vllm import builtin_sets
-from wasp_vllm.builtin_sets import BUILTIN, builtin_split
-from wasp_vllm.data import load_test
-from wasp_vllm.sources import DataError
+from wasp_vllm.data import builtin as builtin_sets
+from wasp_vllm.data.builtin import BUILTIN, builtin_split
+from wasp_vllm.data.records import load_test
+from wasp_vllm.data.sources import DataError
 from wasp_vllm.tasks import get_task
 
 NEW = ("imdb", "tweets", "trec")
@@ -105,7 +105,7 @@ def test_a_missing_package_names_the_pip_command(monkeypatch, name, command):
 
 
 def test_a_small_set_keeps_a_fifth_for_validation():
-    from wasp_vllm.builtin_sets import VALIDATION_MAX, VALIDATION_SHARE
+    from wasp_vllm.data.builtin import VALIDATION_MAX, VALIDATION_SHARE
 
     train = builtin_split("drugs", "train").num_rows
     assert train * VALIDATION_SHARE < VALIDATION_MAX  # drugs' 600 records: the share, not the cap
@@ -113,7 +113,7 @@ def test_a_small_set_keeps_a_fifth_for_validation():
 
 
 def test_the_registry_is_still_reachable_from_sources():
-    from wasp_vllm import sources
+    from wasp_vllm.data import sources
 
     assert sources.BUILTIN is BUILTIN and sources.builtin_split is builtin_split
     assert set(BUILTIN) >= {"drugs", "rotten_tomatoes", "imdb", "tweets", "trec"}

@@ -26,7 +26,7 @@ from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.engines.base import Completion
-from wasp_vllm.evaluation.canary_audit import (
+from wasp_vllm.ops.audit import (
     AUDIT_FILE,
     Canary,
     audit,

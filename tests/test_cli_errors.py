@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-import wasp_vllm.embed
+import wasp_vllm.engines.embedder
 import wasp_vllm.pipeline
 from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
 from wasp_vllm.cli import app
@@ -60,7 +60,7 @@ def no_model_loads(monkeypatch):
         raise ModelLoaded("a model was loaded before the input was validated")
 
     monkeypatch.setattr("wasp_vllm.pipeline.backends.make_engine", tripwire)
-    monkeypatch.setattr(wasp_vllm.embed, "Embedder", tripwire)
+    monkeypatch.setattr(wasp_vllm.engines.embedder, "Embedder", tripwire)
 
 
 @pytest.fixture()

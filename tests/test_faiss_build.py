@@ -11,8 +11,9 @@ import pytest
 
 import wasp_vllm
 from tests.fakes import use_fake_backends
-from wasp_vllm import doctor, search
-from wasp_vllm.doctor import MISSING, OK, UNUSABLE
+from wasp_vllm.ops import doctor
+from wasp_vllm.ops.doctor import MISSING, OK, UNUSABLE
+from wasp_vllm.privacy import search
 
 
 def fake_faiss(gpus: int | None) -> types.SimpleNamespace:
@@ -35,7 +36,7 @@ def installed(monkeypatch):
         monkeypatch.setattr(search, "_faiss", lambda: faiss_module)
         monkeypatch.setattr(search, "_installed", lambda name: name == distribution)
         monkeypatch.setattr(doctor, "version_of", lambda *names: (names[0], "1.14.1"))
-        monkeypatch.setattr("wasp_vllm.devices.nvidia_gpus", lambda: gpus_on_the_box)
+        monkeypatch.setattr("wasp_vllm.engines.devices.nvidia_gpus", lambda: gpus_on_the_box)
 
     return use
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from wasp_vllm import fleet, ray_fleet
 from wasp_vllm.cli import app
 from wasp_vllm.engines.registry import parse_plm
+from wasp_vllm.ops import fleet, ray_fleet
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "launch" / "fleet.example.toml"
 

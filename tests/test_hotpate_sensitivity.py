@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from wasp_vllm.data import PrivateSet, draw_records
+from wasp_vllm.data.records import PrivateSet, draw_records
 from wasp_vllm.hotpate.ensembles import PreparedEnsemble, VoteHistogram
 from wasp_vllm.hotpate.prompts import build_teacher_prompts
 from wasp_vllm.hotpate.report import LabelRun, guarantee

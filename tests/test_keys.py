@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from tests.fakes import use_fake_backends
 from tests.test_noise import DiesInRound1, FakeEngineForUnitTests, Killed, config, run, write_private
 from wasp_vllm.cli import app
+from wasp_vllm.pipeline.store import RunStore
 from wasp_vllm.privacy.secrets import KeyFileError, owner_key
-from wasp_vllm.store import RunStore
 
 
 def test_a_finished_run_deletes_its_noise_key_and_refinishes_without_it(tmp_path):

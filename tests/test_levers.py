@@ -15,8 +15,8 @@ from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation import evaluate_synthetic
-from wasp_vllm.label_check import LabelCheck
 from wasp_vllm.pipeline import Run, prepare
+from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.privacy.accountant import EXACT
 from wasp_vllm.tasks import get_task
 

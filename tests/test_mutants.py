@@ -62,7 +62,7 @@ MUTANTS = {
     ),
     "noise-key-not-read-back": Mutant(
         "the noise key is made anew instead of read back on resume",
-        "wasp_vllm/store.py",
+        "wasp_vllm/pipeline/store.py",
         (
             ("        if self.key_path.exists():", "        if False:"),
             ("        if not create:", "        if False:"),
@@ -71,7 +71,7 @@ MUTANTS = {
     ),
     "noise-key-world-readable": Mutant(
         "the noise key file is readable by everyone",
-        "wasp_vllm/store.py",
+        "wasp_vllm/pipeline/store.py",
         (("secret.to_text()), mode=0o600)", "secret.to_text()), mode=0o644)"),),
         (f"{NOISE}::test_noise_key_is_secret_private_and_read_back_on_resume",),
     ),
@@ -125,7 +125,7 @@ MUTANTS = {
     ),
     "empty-label-warned-at-default-level": Mutant(
         "a warning at the default level names the labels without private records",
-        "wasp_vllm/data.py",
+        "wasp_vllm/data/records.py",
         (
             (
                 'debug_private(logger, "%s: labels with no records',
@@ -147,7 +147,7 @@ MUTANTS = {
     ),
     "no-contribution-bounding": Mutant(
         "user-level DP without dropping a user's records beyond the public cap",
-        "wasp_vllm/data.py",
+        "wasp_vllm/data/records.py",
         (
             (
                 "        data = data.subset(bound_contributions(data.records(), units.tolist(), cap, seed))",
@@ -267,7 +267,7 @@ MUTANTS = {
     ),
     "final-vote-weights-ignore-the-votes": Mutant(
         "the final vote's sample weights follow row order, not the noisy votes",
-        "wasp_vllm/selection.py",
+        "wasp_vllm/pipeline/selection.py",
         (
             (
                 "            order = _ranked(rows, votes)[::-1]  # lowest votes first",
@@ -278,7 +278,7 @@ MUTANTS = {
     ),
     "final-vote-weights-inverted": Mutant(
         "the final vote's sample weights favour the samples the votes rank lowest",
-        "wasp_vllm/selection.py",
+        "wasp_vllm/pipeline/selection.py",
         (
             (
                 "            order = _ranked(rows, votes)[::-1]  # lowest votes first",

@@ -11,7 +11,7 @@ default-level output must then
 be byte-identical: anything else that depended on the private data - a record count, a hash of the
 records, a warning about a label without records, a selection that shifts with the file, the time
 spent on private work - would show.  Nothing is stripped from the default-level output: the
-progress bar's clock (:mod:`wasp_vllm.public_clock`) is replaced by a fake one that private work
+progress bar's clock (:mod:`wasp_vllm.privacy.clock`) is replaced by a fake one that private work
 (embedding the records, the votes, the label counts) advances in proportion to the records, and
 public work (embedding synthetic samples) by the same amount in both runs.
 
@@ -31,10 +31,10 @@ import pytest
 from typer.testing import CliRunner
 
 import wasp_vllm.evaluation.runner
+import wasp_vllm.privacy.clock
 import wasp_vllm.privacy.federated
 import wasp_vllm.privacy.mechanisms
 import wasp_vllm.privacy.voting
-import wasp_vllm.public_clock
 from tests.fakes import HashEmbedderForTests, use_fake_backends
 from tests.privacy_checks import private_texts
 from wasp_vllm.cli import app
@@ -89,7 +89,7 @@ def doubles(monkeypatch):
     calls.clear()
     use_fake_backends(monkeypatch)
     monkeypatch.setattr(wasp_vllm.evaluation.runner, "_make_embedder", lambda spec: HashEmbedderForTests())
-    monkeypatch.setattr(wasp_vllm.public_clock, "_now", clock)
+    monkeypatch.setattr(wasp_vllm.privacy.clock, "_now", clock)
     encode = HashEmbedderForTests.encode
 
     def timed_encode(self, texts):
@@ -188,7 +188,7 @@ def test_neighbouring_files_publish_the_same_bytes(tmp_path, monkeypatch, case):
     vote_double(monkeypatch)
     records = rows()
     if case == "remove-a-drawn-record":  # make sure the removed record is one the draw keeps
-        from wasp_vllm.data import load_private
+        from wasp_vllm.data.records import load_private
         from wasp_vllm.tasks import get_task
 
         write(tmp_path / "probe", records)
@@ -291,7 +291,7 @@ def test_fewer_records_than_q_still_vote_and_publish_the_same_bytes(tmp_path, mo
 
 
 def test_the_progress_clock_stops_for_private_work():
-    from wasp_vllm.public_clock import PublicClock
+    from wasp_vllm.privacy.clock import PublicClock
 
     now = [0.0]
     public = PublicClock(lambda: now[0])

@@ -19,8 +19,8 @@ from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import RunConfig
 from wasp_vllm.pipeline import Run, prepare
+from wasp_vllm.pipeline.store import RunStore
 from wasp_vllm.privacy.voting import clean_histograms
-from wasp_vllm.store import RunStore
 
 LABELS = ["positive", "neutral", "negative"]
 

@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -48,11 +49,20 @@ class StandInEndpoint:
                     n = len(outer.requests)
                     outer._holding += 1
                     outer.peak = max(outer.peak, outer._holding)
+                released = []
+
+                def release() -> None:
+                    # before the first byte of the answer: the client may send its next request as
+                    # soon as it reads this one, and must not find it still counted as held
+                    if not released:
+                        released.append(1)
+                        with outer._lock:
+                            outer._holding -= 1
+
                 try:
-                    outer._answer(self, body, n)
+                    outer._answer(self, body, n, release)
                 finally:
-                    with outer._lock:
-                        outer._holding -= 1
+                    release()
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -63,8 +73,11 @@ class StandInEndpoint:
         serve = threading.Thread(target=self.server.serve_forever, kwargs=poll, daemon=True)
         serve.start()
 
-    def _answer(self, handler: BaseHTTPRequestHandler, body: dict, n: int) -> None:
+    def _answer(
+        self, handler: BaseHTTPRequestHandler, body: dict, n: int, release: Callable[[], None]
+    ) -> None:
         time.sleep(self.delay_s)
+        release()
         if self.die_after is not None and n > self.die_after:
             handler.close_connection = True  # no answer at all: the client sees the connection drop
             return

@@ -18,7 +18,7 @@ from tests.fakes import WORDS, FakeEngineForUnitTests
 from wasp_vllm.config import ConfigError, RunConfig
 from wasp_vllm.engines.base import Completion, GenerationParams
 from wasp_vllm.pipeline import PipelineError, Run, prepare
-from wasp_vllm.store import CheckpointError
+from wasp_vllm.pipeline.store import CheckpointError
 
 CANARY = "CANARY-7f3a9e-private"
 
@@ -234,7 +234,7 @@ def test_rows_carry_the_run_s_plm_name_whatever_the_engine_calls_itself(tmp_path
 @pytest.mark.parametrize(("example_sets", "most_distinct"), [(2, 2), (0, 20)])
 def test_wasp_prompts_share_a_few_example_draws(private_csv, example_sets, most_distinct):
     from wasp_vllm.pipeline.prompts import RoundInputs, Share, make_slots
-    from wasp_vllm.run_state import Pools
+    from wasp_vllm.pipeline.state import Pools
     from wasp_vllm.strategies import STRATEGIES
 
     cfg = make_cfg(private_csv, s=4, example_sets=example_sets)

@@ -1,4 +1,4 @@
-"""The quality gate (wasp_vllm.quality): junk is rejected with its reason, real texts pass.
+"""The quality gate (wasp_vllm.pipeline.gate): junk is rejected with its reason, real texts pass.
 
 Table-driven: GOOD holds realistic samples (drug reviews, tweet-like posts, SMS, movie reviews)
 that must pass, BAD holds one or more samples per reason, including the junk measured in issue 15.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from wasp_vllm.quality import REASONS, SCRIPTS, GateSettings, check_sample, clean_text
+from wasp_vllm.pipeline.gate import REASONS, SCRIPTS, GateSettings, check_sample, clean_text
 
 SETTINGS = GateSettings()
 

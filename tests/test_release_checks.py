@@ -12,12 +12,12 @@ from scipy.stats import spearmanr
 from tests.test_levers import run
 from wasp_vllm.config import RunConfig
 from wasp_vllm.pipeline.context import privacy_plan
+from wasp_vllm.pipeline.selection import sample_weights
+from wasp_vllm.pipeline.store import RunStore
 from wasp_vllm.privacy.accountant import PrivacyBudgetExceeded, PrivacyLedger
 from wasp_vllm.privacy.mechanisms import clean_label_counts, release_label_histogram
 from wasp_vllm.privacy.plan import plan_privacy
 from wasp_vllm.privacy.secrets import RunSecret
-from wasp_vllm.selection import sample_weights
-from wasp_vllm.store import RunStore
 
 
 @pytest.mark.parametrize("m", [None, 100])

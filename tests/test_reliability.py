@@ -28,10 +28,10 @@ from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests, use
 from tests.privacy_checks import assert_no_leak, files_of, leaks, private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.config import ConfigError, RunConfig
-from wasp_vllm.data import DataError, load_private
+from wasp_vllm.data.records import DataError, load_private
 from wasp_vllm.pipeline import Run, prepare, privacy_plan
+from wasp_vllm.pipeline.store import CheckpointError, RunStore
 from wasp_vllm.privacy.accountant import PrivacyBudgetExceeded, PrivacyLedger
-from wasp_vllm.store import CheckpointError, RunStore
 from wasp_vllm.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -114,7 +114,7 @@ def test_samples_are_escaped_and_labels_counted(run, tmp_path):
 
 def test_with_private_data_the_report_is_the_operators(run, monkeypatch):
     out, private, _ = run
-    monkeypatch.setattr("wasp_vllm.embed.Embedder", HashEmbedderForTests)  # the run's own embedder
+    monkeypatch.setattr("wasp_vllm.engines.embedder.Embedder", HashEmbedderForTests)  # the run's own embedder
     said = invoke(str(out), "--private", str(private))
     page = out / "private" / "report" / "index.html"  # beside the other files the operator keeps
     html = page.read_text()
@@ -208,7 +208,7 @@ def test_the_page_renders_in_a_real_browser(run, tmp_path, monkeypatch, operator
     out, private, _ = run
     folder = tmp_path / "report"
     if operator:
-        monkeypatch.setattr("wasp_vllm.embed.Embedder", HashEmbedderForTests)
+        monkeypatch.setattr("wasp_vllm.engines.embedder.Embedder", HashEmbedderForTests)
         invoke(str(out), "--out", str(folder), "--private", str(private))
     else:
         invoke(str(out), "--out", str(folder))

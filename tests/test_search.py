@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wasp_vllm import search
-from wasp_vllm.search import topq_near_far
+from wasp_vllm.privacy import search
+from wasp_vllm.privacy.search import topq_near_far
 
 
 def brute_force(p, pl, s, sl, q):

@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wasp_vllm.selection import allocate_quotas, plm_scores, plm_weights, select_pools, split_over_labels
+from wasp_vllm.pipeline.selection import (
+    allocate_quotas,
+    plm_scores,
+    plm_weights,
+    select_pools,
+    split_over_labels,
+)
 
 QUICK = settings(max_examples=60, deadline=None, database=None)
 

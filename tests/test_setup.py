@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from wasp_vllm.devices import nvidia_gpus
+from wasp_vllm.engines.devices import nvidia_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-4b1c)"

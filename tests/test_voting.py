@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wasp_vllm.privacy.accountant import wasp_sensitivity
+from wasp_vllm.privacy.search import topq_near_far
 from wasp_vllm.privacy.voting import (
     NoisyVotes,
     add_noise,
@@ -18,7 +19,6 @@ from wasp_vllm.privacy.voting import (
     noisy_votes,
     vote_weights,
 )
-from wasp_vllm.search import topq_near_far
 
 
 def test_vote_weights():

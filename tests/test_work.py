@@ -12,7 +12,7 @@ import wasp_vllm
 from tests.fakes import FakeEngineForUnitTests, use_fake_backends
 from wasp_vllm.cli import app
 from wasp_vllm.engines.base import Completion
-from wasp_vllm.report import WORK_PNG, render_report
+from wasp_vllm.report.page import WORK_PNG, render_report
 
 SMALL = dict(plms=["a", "b"], n=36, rounds=3, q=2, s=2)
 

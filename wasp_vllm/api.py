@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError, RunConfig, build_config, read_config_file
-from wasp_vllm.store import PUBLISHED, RunStore
+from wasp_vllm.pipeline.store import PUBLISHED, RunStore
 
 if TYPE_CHECKING:
     from wasp_vllm.pipeline.estimate import RunPlan

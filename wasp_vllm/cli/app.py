@@ -28,9 +28,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from wasp_vllm.cli.options import config_command
 from wasp_vllm.cli.plan_view import print_work
-from wasp_vllm.cli_options import config_command
-from wasp_vllm.public_clock import PublicClock
+from wasp_vllm.privacy.clock import PublicClock
 
 app = typer.Typer(
     name="wasp-vllm",
@@ -89,11 +89,11 @@ def quiet_third_parties() -> None:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from wasp_vllm.config import ConfigError
-    from wasp_vllm.data import DataError
+    from wasp_vllm.data.records import DataError
     from wasp_vllm.engines.registry import ModelError
     from wasp_vllm.pipeline import PipelineError
+    from wasp_vllm.pipeline.store import CheckpointError
     from wasp_vllm.privacy.accountant import PrivacyBudgetExceeded
-    from wasp_vllm.store import CheckpointError
     from wasp_vllm.tasks import TaskError
 
     return (

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from wasp_vllm.cli.app import app, chatter_to_file, console, friendly_errors, setup_logging
-from wasp_vllm.cli_options import config_command
+from wasp_vllm.cli.options import config_command
 
 
 @app.command()
@@ -37,7 +37,7 @@ def audit(
     audit's run spends privacy on the canaries: publish a separate run."""
     setup_logging(False)
     with friendly_errors():
-        from wasp_vllm.evaluation.canary_audit import audit as run_audit
+        from wasp_vllm.ops.audit import audit as run_audit
 
         with chatter_to_file(False, out):
             result = run_audit(

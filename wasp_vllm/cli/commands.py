@@ -125,12 +125,12 @@ def hotpate(
     """Hot PATE: synthetic records from DP aggregation of many teachers' next-token distributions."""
     setup_logging(False)
     with friendly_errors():
-        from wasp_vllm.data import load_private
+        from wasp_vllm.data.records import load_private
         from wasp_vllm.hotpate.generate import run_hotpate
         from wasp_vllm.hotpate.prompts import subject_for
         from wasp_vllm.hotpate.report import publish
+        from wasp_vllm.pipeline.store import RunStore
         from wasp_vllm.privacy.sampling import voting_neighbour
-        from wasp_vllm.store import RunStore
         from wasp_vllm.tasks import get_task
 
         spec = get_task(task)
@@ -226,7 +226,7 @@ def report(
     """Write a self-contained HTML report of a run: rounds, weights, labels, privacy spent, samples."""
     setup_logging(False)
     with friendly_errors():
-        from wasp_vllm.report import render_report
+        from wasp_vllm.report.page import render_report
 
         page = render_report(run_dir, out, private=private, m=private_limit, seed=seed)
         console.print(f"report written to {page}", highlight=False)
@@ -244,7 +244,7 @@ def doctor() -> None:
     setup_logging(False)
     from rich.markup import escape
 
-    from wasp_vllm.doctor import GROUPS, diagnose, verdict
+    from wasp_vllm.ops.doctor import GROUPS, diagnose, verdict
 
     rows = diagnose()
     colours = {"ok": "green", "missing": "yellow", "unusable": "red"}
@@ -309,7 +309,7 @@ def fleet_up(
 ) -> None:
     """Deploy each PLM of the fleet file to Ray Serve, wait until all run, print the --plms value."""
     setup_logging(False)
-    from wasp_vllm import fleet, ray_fleet
+    from wasp_vllm.ops import fleet, ray_fleet
 
     with friendly_errors():
         try:
@@ -335,7 +335,7 @@ def fleet_status(
 ) -> None:
     """Each PLM's deployment as Ray Serve reports it; exit code 1 unless every one is HEALTHY."""
     setup_logging(False)
-    from wasp_vllm import fleet, ray_fleet
+    from wasp_vllm.ops import fleet, ray_fleet
 
     try:
         rows = ray_fleet.status(directory, ray_address)
@@ -359,7 +359,7 @@ def fleet_status(
 def fleet_down(directory: FleetDir = DEFAULT_FLEET_DIR, ray_address: RayAddress = None) -> None:
     """Delete the application `fleet up` deployed (serve.delete); the Ray cluster keeps running."""
     setup_logging(False)
-    from wasp_vllm import fleet, ray_fleet
+    from wasp_vllm.ops import fleet, ray_fleet
 
     try:
         name = ray_fleet.down(directory, ray_address)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from wasp_vllm.devices import gpu_available, torch_device
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
 from wasp_vllm.engines.chat_templates import ensure_chat_template
+from wasp_vllm.engines.devices import gpu_available, torch_device
 from wasp_vllm.engines.registry import ResolvedPLM
 
 log = logging.getLogger(__name__)

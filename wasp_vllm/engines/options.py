@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from wasp_vllm.config import RunConfig
-from wasp_vllm.devices import gpu_available
+from wasp_vllm.engines.devices import gpu_available
 
 EngineKind = Literal["auto", "vllm", "hf", "openai"]
 #: Share of one GPU that vLLM engines take together (the rest is left to the embedder and FAISS).

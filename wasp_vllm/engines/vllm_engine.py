@@ -11,9 +11,9 @@ import logging
 import os
 from collections.abc import Sequence
 
-from wasp_vllm.devices import gpu_available
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
 from wasp_vllm.engines.chat_templates import ensure_chat_template
+from wasp_vllm.engines.devices import gpu_available
 from wasp_vllm.engines.options import EngineOptions
 from wasp_vllm.engines.registry import ResolvedPLM
 

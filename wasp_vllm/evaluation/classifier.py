@@ -31,7 +31,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.preprocessing import StandardScaler
 
-from wasp_vllm.devices import torch_device
+from wasp_vllm.engines.devices import torch_device
 from wasp_vllm.evaluation.common import EvaluationError, to_label_indices
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ DEFAULT_BERT_IDS = ("google-bert/bert-base-uncased", "bert-base-uncased")
 
 
 class TextEncoder(Protocol):
-    """Anything with ``encode(texts) -> float array [n, d]`` (e.g. ``wasp_vllm.embed.Embedder``)."""
+    """Anything with ``encode(texts) -> float array [n, d]`` (``engines.embedder.Embedder``, say)."""
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -378,7 +378,7 @@ def _checked_labels(
 
 
 def _default_embedder() -> TextEncoder:
-    from wasp_vllm.embed import Embedder
+    from wasp_vllm.engines.embedder import Embedder
 
     return Embedder("auto")
 

@@ -14,7 +14,7 @@ from wasp_vllm.evaluation.metrics import label_balance
 
 
 def _make_embedder(spec: str) -> TextEncoder:
-    from wasp_vllm.embed import Embedder
+    from wasp_vllm.engines.embedder import Embedder
 
     return Embedder(spec)
 
@@ -40,7 +40,7 @@ def evaluate_private_only(
     It is the reference the paper compares synthetic sets against; it is not private, so
     its score must never be reported as if it had a privacy guarantee.
     """
-    from wasp_vllm.data import load_private, load_test
+    from wasp_vllm.data.records import load_private, load_test
     from wasp_vllm.tasks import get_task
 
     task = get_task(task_name)

@@ -158,7 +158,7 @@ def _counts(values: list[Any] | np.ndarray | None) -> dict[str, int] | None:
 
 
 def _make_embedder(spec: str) -> TextEncoder:
-    from wasp_vllm.embed import Embedder
+    from wasp_vllm.engines.embedder import Embedder
 
     return Embedder(spec)
 
@@ -197,7 +197,7 @@ def evaluate_synthetic(
     ``private_source``.  ``embedder`` overrides ``embedder_spec`` with a ready encoder.
     Returns a JSON-serialisable dict.
     """
-    from wasp_vllm.data import load_test
+    from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
 
     task = get_task(task_name)
@@ -294,7 +294,7 @@ def _against_real_records(
 ) -> dict[str, Any]:
     """FID against the private records (operator only) and label agreement against the reference
     (``(source, declared public)``; operator only unless declared public)."""
-    from wasp_vllm.data import load_private
+    from wasp_vllm.data.records import load_private
 
     figures: dict[str, Any] = {}
     source, limit, private_seed = private
@@ -328,7 +328,7 @@ def _check_declared_public(reference: str, public: bool, private: str | None) ->
 
 def _overlap(a: str, b: str) -> bool:
     """Whether two sources may share records: the same file, or overlapping splits of one built-in
-    set (a plain name reads its ``fit`` split, as :func:`~wasp_vllm.data.load_private` does)."""
+    set (a plain name reads its ``fit`` split, as :func:`~wasp_vllm.data.records.load_private` does)."""
     if Path(a).exists() and Path(b).exists():
         return Path(a).resolve() == Path(b).resolve()
     (name_a, _, split_a), (name_b, _, split_b) = a.partition(":"), b.partition(":")

@@ -227,7 +227,7 @@ def run_hotpate(
     run = HotPateSettings(**settings)
     check_inputs(private_texts, private_labels, label_names, run)
     if engine == "auto":  # vLLM's top-K path pays off on a GPU; transformers is exact and fine on CPU
-        from wasp_vllm.devices import gpu_available
+        from wasp_vllm.engines.devices import gpu_available
 
         engine = "vllm" if gpu_available() else "hf"
     plm, used = model, "custom" if source_factory is not None else engine

@@ -23,8 +23,8 @@ from wasp_vllm.hotpate.accounting import THEOREM, plain_composition_epsilon
 from wasp_vllm.hotpate.selector import SOURCES
 from wasp_vllm.hotpate.settings import HotPateSettings
 from wasp_vllm.hotpate.steps import ChargedStep, GaussianStep, LabelBudget, PrivateStep
+from wasp_vllm.pipeline.store import write_json, write_parquet
 from wasp_vllm.privacy.gaussian import epsilon_for_sigma
-from wasp_vllm.store import write_json, write_parquet
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from wasp_vllm.devices import torch_device
+from wasp_vllm.engines.devices import torch_device
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from wasp_vllm.devices import gpu_available
+from wasp_vllm.engines.devices import gpu_available
 from wasp_vllm.hotpate.teachers import encode_prompts, format_prompts, stop_ids
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ class LazyEmbedder:
 
     def _loaded(self) -> Any:
         if self._embedder is None:
-            from wasp_vllm.embed import Embedder
+            from wasp_vllm.engines.embedder import Embedder
 
             self._embedder = Embedder(self.spec)
         return self._embedder

@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 
 from wasp_vllm.config import ConfigError, RunConfig
-from wasp_vllm.data import PrivateSet, draw_records, load_private, table_to_set, with_parties
+from wasp_vllm.data.records import PrivateSet, draw_records, load_private, table_to_set, with_parties
+from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.plan import PrivacyPlan, plan_privacy
 from wasp_vllm.privacy.sampling import voting_neighbour
-from wasp_vllm.selection import allocate_quotas
 from wasp_vllm.strategies import Strategy, get_strategy
 from wasp_vllm.tasks import TaskSpec, get_task
 
@@ -51,7 +51,7 @@ def prepare(
     private = draw_records(private, cfg.private_limit, cfg.seed, cap)
     validate_against_data(cfg, strategy, task, private)
     if check_models:
-        from wasp_vllm.embed import resolve_embedder
+        from wasp_vllm.engines.embedder import resolve_embedder
         from wasp_vllm.engines.registry import check_plms
 
         check_plms(cfg.plms, cfg.engine)

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 
 from wasp_vllm.config import RunConfig
-from wasp_vllm.devices import nvidia_gpus
+from wasp_vllm.engines.devices import nvidia_gpus
 from wasp_vllm.engines.presets import PACKAGED, PRESETS
 from wasp_vllm.engines.registry import ModelError, cache_dir, parse_plm, resolve_plm
 from wasp_vllm.pipeline import throughput
 from wasp_vllm.pipeline.context import neighbourhood, per_round_totals, privacy_plan
+from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import EXACT
-from wasp_vllm.selection import allocate_quotas
 from wasp_vllm.strategies import get_strategy
 from wasp_vllm.tasks import get_task
 

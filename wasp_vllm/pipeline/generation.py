@@ -24,8 +24,8 @@ from wasp_vllm.pipeline.prompts import (
     normalize_text,
     request_seed,
 )
-from wasp_vllm.run_state import RunState
-from wasp_vllm.selection import allocate_quotas, split_over_labels
+from wasp_vllm.pipeline.selection import allocate_quotas, split_over_labels
+from wasp_vllm.pipeline.state import RunState
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class PLMResult:
     engine_seconds: float = 0.0  # of ``seconds``: inside the engine (the rest is cleaning)
     shortfall: int = 0
     failures: int = 0
-    rejects: Counter[str] = field(default_factory=Counter)  # by reason (see wasp_vllm.quality)
+    rejects: Counter[str] = field(default_factory=Counter)  # by reason (see wasp_vllm.pipeline.gate)
 
     def merge(self, other: PLMResult) -> None:
         self.rejects.update(other.rejects)

@@ -20,17 +20,29 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError
-from wasp_vllm.devices import gpu_available
-from wasp_vllm.embed import encode_each
 from wasp_vllm.engines import Engine, GenerationParams, ModelError
-from wasp_vllm.label_check import LabelCheck
+from wasp_vllm.engines.devices import gpu_available
+from wasp_vllm.engines.embedder import encode_each
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
+from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.manifest import build_manifest
 from wasp_vllm.pipeline.prompts import RoundInputs, make_gate, normalize_text
+from wasp_vllm.pipeline.selection import label_shares, plm_weights, sample_weights, select_pools
+from wasp_vllm.pipeline.state import Pools, RoundRecord, RunState
+from wasp_vllm.pipeline.store import (
+    CheckpointError,
+    RunStore,
+    sample_schema,
+    sha256_file,
+    write_json,
+    write_parquet,
+    write_text,
+)
 from wasp_vllm.privacy.accountant import PrivacyLedger, get_accountant
+from wasp_vllm.privacy.clock import private_work
 from wasp_vllm.privacy.mechanisms import (
     CentralVoting,
     FederatedVoting,
@@ -40,18 +52,6 @@ from wasp_vllm.privacy.mechanisms import (
 )
 from wasp_vllm.privacy.secrets import RunSecret
 from wasp_vllm.privacy.voting import NoisyVotes
-from wasp_vllm.public_clock import private_work
-from wasp_vllm.run_state import Pools, RoundRecord, RunState
-from wasp_vllm.selection import label_shares, plm_weights, sample_weights, select_pools
-from wasp_vllm.store import (
-    CheckpointError,
-    RunStore,
-    sample_schema,
-    sha256_file,
-    write_json,
-    write_parquet,
-    write_text,
-)
 
 log = logging.getLogger(__name__)
 

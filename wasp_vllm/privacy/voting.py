@@ -2,7 +2,7 @@
 
 Each private sample j gives weights ``1, 1/2, ..., 1/2^(q-1)`` to its ``q`` nearest synthetic
 samples of its label in ``H_near`` and to its ``q`` furthest in ``H_far`` (see
-:mod:`wasp_vllm.search`).  The *clean* histograms are private-data-bearing and must never leave
+:mod:`wasp_vllm.privacy.search`).  The *clean* histograms are private-data-bearing and must never leave
 this module's callers un-noised; :func:`noisy_votes` is the Gaussian mechanism whose sensitivity is
 :func:`wasp_vllm.privacy.accountant.wasp_sensitivity`.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wasp_vllm.search import topq_near_far
+from wasp_vllm.privacy.search import topq_near_far
 
 logger = logging.getLogger(__name__)
 

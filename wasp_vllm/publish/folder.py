@@ -1,6 +1,6 @@
 """``wasp-vllm publish RUN DIR``: a folder holding only what a run may publish, and its card.
 
-The folder gets the run's published files (:data:`wasp_vllm.store.PUBLISHED`: the synthetic rows,
+The folder gets the run's published files (:data:`wasp_vllm.pipeline.store.PUBLISHED`: the synthetic rows,
 the manifest and the card ``README.md``) and nothing from ``private/``; ``datasets.load_dataset(DIR)``
 reads it (the card's header names ``synthetic.parquet`` as the data).  It is written in a
 temporary folder beside ``DIR`` and renamed into place, so ``DIR`` holds the old content or the new,
@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
-from wasp_vllm.store import OPERATOR_DIR, PUBLISHED, sha256_file
+from wasp_vllm.pipeline.store import OPERATOR_DIR, PUBLISHED, sha256_file
 from wasp_vllm.tasks import TaskError, TaskSpec, get_task
 
 log = logging.getLogger(__name__)

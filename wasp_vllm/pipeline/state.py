@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import PrivacyLedger
-from wasp_vllm.selection import allocate_quotas
 
 
 @dataclass(frozen=True)

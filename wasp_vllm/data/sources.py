@@ -22,10 +22,10 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from wasp_vllm.logs import debug_private
+from wasp_vllm.privacy.logs import debug_private
 
 if TYPE_CHECKING:
-    from wasp_vllm.builtin_sets import Builtin
+    from wasp_vllm.data.builtin import Builtin
 
 logger = logging.getLogger(__name__)
 
@@ -205,15 +205,15 @@ def packaged_file(package: str, requirement: str, relative: str, name: str) -> P
     )
 
 
-# ----- the built-in sets (wasp_vllm.builtin_sets) -------------------------------------------------
+# ----- the built-in sets (wasp_vllm.data.builtin) -------------------------------------------------
 
 _MOVED = ("BUILTIN", "Builtin", "SPLITS", "VALIDATION_SHARE", "builtin_split", "read_rotten_tomatoes")
 
 
 def __getattr__(name: str) -> object:
-    """The built-in sets' registry lives in :mod:`wasp_vllm.builtin_sets` (it imports this module)."""
+    """The built-in sets' registry lives in :mod:`wasp_vllm.data.builtin` (it imports this module)."""
     if name in _MOVED:
-        from wasp_vllm import builtin_sets
+        from wasp_vllm.data import builtin as builtin_sets
 
         return getattr(builtin_sets, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -222,7 +222,7 @@ def __getattr__(name: str) -> object:
 def source_table(source: str, split: str) -> tuple[pa.Table, Builtin | None]:
     """The table for a file path or a built-in name (``NAME`` or ``NAME:SPLIT``, e.g.
     ``drugs:validation``), plus the built-in's column mapping if any."""
-    from wasp_vllm.builtin_sets import BUILTIN, builtin_split
+    from wasp_vllm.data.builtin import BUILTIN, builtin_split
 
     name, _, chosen = source.partition(":")
     if name in BUILTIN and not Path(source).exists():

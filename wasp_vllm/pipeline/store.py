@@ -34,8 +34,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wasp_vllm.pipeline.state import RunState
 from wasp_vllm.privacy.secrets import RunSecret, check_key_mode
-from wasp_vllm.run_state import RunState
 
 PUBLISHED = ("synthetic.parquet", "manifest.json", "README.md")  # README.md: the data set's card
 OPERATOR_DIR = "private"

@@ -2,7 +2,7 @@
 
 Privacy rule for this module: the texts, labels and attributes held here may be private.  Error
 messages and log lines name files, columns and counts, never a cell value; :class:`PrivateSet`
-has a repr that shows counts only.  Reading files is :mod:`wasp_vllm.sources`.
+has a repr that shows counts only.  Reading files is :mod:`wasp_vllm.data.sources`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from wasp_vllm.logs import debug_private
+from wasp_vllm.data.sources import DataError, source_table
+from wasp_vllm.privacy.logs import debug_private
 from wasp_vllm.privacy.sampling import assign_parties, bound_contributions, select_top_m
 from wasp_vllm.privacy.secrets import keyed_fingerprint, owner_key, record_bytes
-from wasp_vllm.sources import DataError, source_table
 from wasp_vllm.tasks.spec import TaskSpec, normalize_label_key
 
 __all__ = [

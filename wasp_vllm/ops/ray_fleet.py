@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from wasp_vllm.fleet import Fleet, FleetError, llm_config, model_source, plms_value
+from wasp_vllm.ops.fleet import Fleet, FleetError, llm_config, model_source, plms_value
 
 log = logging.getLogger(__name__)
 

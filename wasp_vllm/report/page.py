@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from wasp_vllm import report_plots
-from wasp_vllm.report_plots import (
+from wasp_vllm.report import plots as report_plots
+from wasp_vllm.report.plots import (
     CSS,
     OPERATOR_BANNER,
     PUBLIC_BANNER,
@@ -110,8 +110,8 @@ def default_out(run_dir: Path, operator: bool) -> Path:
 
 def operator_fid(view: RunView, private: str, m: int | None, seed: int | None) -> OperatorFigures:
     """FID of the synthetic set up to each round against the private records (``load_private``)."""
-    from wasp_vllm.data import load_private
-    from wasp_vllm.embed import Embedder
+    from wasp_vllm.data.records import load_private
+    from wasp_vllm.engines.embedder import Embedder
     from wasp_vllm.evaluation import fid_per_round, read_synthetic
     from wasp_vllm.tasks import get_task
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from wasp_vllm.sources import DataError, drugs_zip_path, packaged_file, read_drugs
+from wasp_vllm.data.sources import DataError, drugs_zip_path, packaged_file, read_drugs
 
 #: Share of a built-in train split kept apart as its validation split (where settings are chosen)...
 VALIDATION_SHARE = 0.2

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from wasp_vllm.logs import debug_private
+from wasp_vllm.privacy.logs import debug_private
 
 logger = logging.getLogger(__name__)
 

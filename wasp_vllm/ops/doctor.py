@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from wasp_vllm import devices
+from wasp_vllm.engines import devices
 
 OK, MISSING, UNUSABLE = "ok", "missing", "unusable"
 GROUPS = ("device", "engine", "plm", "embedder", "data", "search", "report")
@@ -198,7 +198,7 @@ def _not_cached(hf_id: str) -> str:
 
 def embedder_rows() -> list[Row]:
     """The embedders a run may ask for, resolved locally (nothing loaded)."""
-    from wasp_vllm.embed import EMBEDDER_ALIASES, resolve_embedder
+    from wasp_vllm.engines.embedder import EMBEDDER_ALIASES, resolve_embedder
     from wasp_vllm.engines.registry import ModelError
 
     rows = []
@@ -219,8 +219,8 @@ def embedder_rows() -> list[Row]:
 
 def data_row(name: str = "drugs") -> Row:
     """Whether the file of the built-in data set ``name`` is installed (found, not read)."""
-    from wasp_vllm.builtin_sets import BUILTIN
-    from wasp_vllm.sources import DataError
+    from wasp_vllm.data.builtin import BUILTIN
+    from wasp_vllm.data.sources import DataError
 
     builtin = BUILTIN[name]
     component = f"built-in data set '{name}'"
@@ -231,8 +231,8 @@ def data_row(name: str = "drugs") -> Row:
 
 
 def data_rows() -> list[Row]:
-    """One row per built-in data set (``wasp_vllm.builtin_sets.BUILTIN``)."""
-    from wasp_vllm.builtin_sets import BUILTIN
+    """One row per built-in data set (``wasp_vllm.data.builtin.BUILTIN``)."""
+    from wasp_vllm.data.builtin import BUILTIN
 
     return [data_row(name) for name in BUILTIN]
 
@@ -240,7 +240,7 @@ def data_rows() -> list[Row]:
 def faiss_rows() -> list[Row]:
     """FAISS runs the Top-Q search of the votes: which build is installed, and whether it searches on
     a GPU (``.[gpu]`` installs faiss-gpu-cu12, ``.[cpu]`` faiss-cpu; both provide ``import faiss``)."""
-    from wasp_vllm.search import faiss_build
+    from wasp_vllm.privacy.search import faiss_build
 
     build = faiss_build()
     if build["distribution"] is None:

@@ -10,7 +10,7 @@ this package does any of that.  The run calls the route like any OpenAI endpoint
 needs no Ray at all.
 
 This module reads and checks the file and builds each PLM's ``LLMConfig`` (plain dicts, no Ray
-import); :mod:`wasp_vllm.ray_fleet` talks to the cluster.  The file::
+import); :mod:`wasp_vllm.ops.ray_fleet` talks to the cluster.  The file::
 
     [ray]                      # where and how (all optional)
     address = "auto"           # the cluster: auto (RAY_ADDRESS / the local `ray start`), host:6379, ray://h:10001

@@ -35,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wasp_vllm.pipeline.store import write_json
 from wasp_vllm.privacy.audit import one_run_epsilon_lower_bound
-from wasp_vllm.store import write_json
 
 #: Syllables of the made-up words: pronounceable, so a PLM copies them as words.
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "sk")
@@ -228,7 +228,7 @@ def audit(
     files and bound epsilon from below (module docstring)."""
     from wasp_vllm.api import as_table, generate, run_config
     from wasp_vllm.config import ConfigError
-    from wasp_vllm.sources import source_table
+    from wasp_vllm.data.sources import source_table
     from wasp_vllm.tasks import get_task
 
     if canaries < 4:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from wasp_vllm.devices import torch_device
+from wasp_vllm.engines.devices import torch_device
 from wasp_vllm.engines.registry import ModelError, _snapshot
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""Operations around a run: the environment check, Ray fleets, the empirical audit."""

@@ -1,0 +1,1 @@
+"""What a run shows its reader: the HTML report and its plots."""
