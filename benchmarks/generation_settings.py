@@ -46,6 +46,7 @@ SETTINGS = {
 def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, embedder) -> dict:
     from wasp_vllm.config import RunConfig
     from wasp_vllm.evaluation import evaluate_synthetic
+    from wasp_vllm.evaluation.settings import EvalSettings
     from wasp_vllm.pipeline import Run, prepare
 
     cfg = RunConfig(
@@ -65,10 +66,8 @@ def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, emb
     out = Path(args.work) / f"{name}_r{rep}"
     manifest = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True)
     gen_s = sum(v for k, v in manifest["timings_s"].items() if k.startswith("generation:"))
-    ev = evaluate_synthetic(
-        str(out / "synthetic.parquet"), "drugs", "drugs", private_source="drugs",
-        seed=rep, private_limit=100, private_seed=rep, embedder=embedder,
-    )  # fmt: skip
+    scored = EvalSettings(test="drugs", task="drugs", private="drugs", seed=rep, private_limit=100)
+    ev = evaluate_synthetic(out / "synthetic.parquet", scored, embedder=embedder)
     tokens = sum(manifest["tokens"].values())
     return {"setting": name, "rep": rep, "gen_s": gen_s, "tokens": tokens, "fid": ev["operator_only"]["fid"]}
 

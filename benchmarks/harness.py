@@ -294,13 +294,19 @@ def label_agreement_of(ev: dict[str, Any]) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def eval_settings(data: Data, method: Method, seed: int) -> Any:
+    """How a benchmark run is scored: on ``data.scored``, FID against the M records the run drew
+    (the same seed draws the same records), label agreement against ``fit``."""
+    from wasp_vllm.evaluation.settings import EvalSettings
+
+    return EvalSettings(test=data.scored, task=data.task, private=data.private, private_limit=method.m,
+                        reference=data.reference, seed=seed)  # fmt: skip
+
+
 def _only_private(method: Method, seed: int, data: Data, embedder: Any, start: float) -> dict[str, Any]:
     from wasp_vllm.evaluation import evaluate_private_only
 
-    ev = evaluate_private_only(
-        data.private, data.scored, data.task, seed=seed, private_limit=method.m, private_seed=seed,
-        embedder=embedder,
-    )  # fmt: skip
+    ev = evaluate_private_only(eval_settings(data, method, seed), embedder=embedder)
     return {"accuracy": ev["accuracy"], "macro_f1": ev["macro_f1"], "fid": None, "fid_per_round": None,
             "n_private": ev["n_private"], "gen_s": 0.0,
             "eval_s": round(time.perf_counter() - start, 2)}  # fmt: skip
@@ -329,12 +335,7 @@ def run_one(
     manifest = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True)
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup
-    ev = evaluate_synthetic(
-        str(out / "synthetic.parquet"), data.scored, data.task, private_source=data.private,
-        reference=data.reference, seed=seed, private_limit=method.m,
-        private_seed=seed,  # the same records RunConfig.seed drew for generation
-        embedder=embedder,
-    )  # fmt: skip
+    ev = evaluate_synthetic(out / "synthetic.parquet", eval_settings(data, method, seed), embedder=embedder)
     operator = ev["operator_only"]  # FID against the raw private records: the benchmark's own figures
     agreement = label_agreement_of(ev) or {}
     record.update(

@@ -41,10 +41,10 @@ def _cli(args: list[str]) -> tuple[float, str]:
 
 def _evaluate(path: str, m: int) -> dict[str, Any]:
     from wasp_vllm.evaluation import evaluate_synthetic
+    from wasp_vllm.evaluation.settings import EvalSettings
 
-    rep = evaluate_synthetic(
-        path, "drugs", "drugs", private_source="drugs", private_limit=m, reference="drugs:fit"
-    )
+    scored = EvalSettings(test="drugs", task="drugs", private="drugs", private_limit=m, reference="drugs:fit")
+    rep = evaluate_synthetic(path, scored)
     fid = rep.get("fid", rep.get("operator_only", {}).get("fid"))
     agreement = rep.get("label_agreement")
     if isinstance(agreement, dict):  # the overall share; per label it is in the run's own report

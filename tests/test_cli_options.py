@@ -1,32 +1,64 @@
-"""Every setting is spelled once: the ``generate`` options are the config model's fields."""
+"""Every setting is spelled once: a command's options are its settings model's fields (``generate``
+and ``audit``: RunConfig; ``evaluate``: EvalSettings), with the model's help and default."""
 
 from __future__ import annotations
 
+import enum
+
+import pytest
 import typer.main
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from wasp_vllm.cli import app
 from wasp_vllm.config import RunConfig
+from wasp_vllm.evaluation.settings import EvalSettings
 
 
-def _options() -> dict[str, object]:
-    command = typer.main.get_command(app).commands["generate"]  # type: ignore[attr-defined]
-    return {p.name: p for p in command.params}
+def _options(command: str = "generate") -> dict[str, object]:
+    found = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    return {p.name: p for p in found.params}
 
 
-def test_every_config_field_is_an_option_with_its_help_and_default():
-    options = _options()
-    for name, field in RunConfig.model_fields.items():
+@pytest.mark.parametrize(
+    ("command", "model"), [("generate", RunConfig), ("audit", RunConfig), ("evaluate", EvalSettings)]
+)
+def test_every_settings_field_is_an_option_with_its_help_and_default(command, model: type[BaseModel]):
+    options = _options(command)
+    for name, field in model.model_fields.items():
         assert name in options, f"setting {name} has no command-line option"
         option = options[name]
-        assert option.default is None  # not given: the run file or the model's default decides
         assert field.description and field.description.split(".")[0] in option.help
+        flag = (field.json_schema_extra or {}).get("flag") or "--" + name.replace("_", "-")
+        assert flag.split("/")[0] in option.opts, name
+        if field.is_required():
+            assert option.required, name
+            continue
+        assert option.default is None  # not given: the run file or the model's default decides
         default = field.get_default(call_default_factory=True)
-        if default is not None:
+        if default is not None:  # the CLI's default is the model's, shown once
+            default = default.value if isinstance(default, enum.Enum) else default
             shown = ",".join(default) if isinstance(default, list) else str(default)
             assert f"(default: {shown})" in option.help, name
-        flag = (field.json_schema_extra or {}).get("flag") or "--" + name.replace("_", "-")
-        assert flag in option.opts, name
+
+
+def test_evaluate_options_reach_its_settings(monkeypatch, tmp_path):
+    seen = {}
+
+    def stop(path, settings):
+        seen.update(settings.model_dump())
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("wasp_vllm.evaluation.evaluate_synthetic", stop)
+    args = ["evaluate", "--synthetic", str(tmp_path / "s.parquet"), "--test", "drugs", "--m", "7",
+            "--no-weights", "--model", "logreg", "--reference", "drugs:fit",
+            "--reference-public"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert seen == EvalSettings(test="drugs", private_limit=7, use_weights=False, reference="drugs:fit",
+                                reference_public=True).model_dump()  # fmt: skip
+    bad = CliRunner().invoke(app, [*args[:5], "--model", "svm"])
+    assert bad.exit_code == 2 and "model" in bad.output and "logreg" in bad.output
 
 
 def test_options_reach_the_config(monkeypatch, tmp_path):

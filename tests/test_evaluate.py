@@ -26,6 +26,7 @@ from wasp_vllm.evaluation import (
     resolve_bert_path,
     train_and_score,
 )
+from wasp_vllm.evaluation.settings import EvalSettings
 
 # ----- a test double for the embedder --------------------------------------------------------------
 
@@ -365,13 +366,8 @@ def imdb_files(tmp_path):
 def test_evaluate_synthetic_end_to_end(imdb_files):
     enc = imdb_files["embedder"]
     calls = enc.calls
-    result = evaluate_synthetic(
-        imdb_files["synthetic"],
-        imdb_files["test"],
-        "imdb",
-        private_source=imdb_files["private"],
-        embedder=enc,
-    )
+    scored = EvalSettings(test=imdb_files["test"], task="imdb", private=imdb_files["private"])
+    result = evaluate_synthetic(imdb_files["synthetic"], scored, embedder=enc)
     json.dumps(result)
     assert result["n_synthetic"] == 60 and result["n_rows"] == 62
     assert (result["n_dropped_null_text"], result["n_dropped_unknown_label"]) == (1, 1)
@@ -391,7 +387,8 @@ def test_evaluate_synthetic_end_to_end(imdb_files):
 def test_evaluate_synthetic_re_embeds_when_stored_dimension_differs(imdb_files):
     table = {t: np.concatenate([v, v]) for t, v in imdb_files["embedder"].table.items()}  # 16-d
     enc = LookupEmbedderDouble(table)
-    result = evaluate_synthetic(imdb_files["synthetic"], imdb_files["test"], "imdb", embedder=enc)
+    scored = EvalSettings(test=imdb_files["test"], task="imdb")
+    result = evaluate_synthetic(imdb_files["synthetic"], scored, embedder=enc)
     assert result["reused_stored_embeddings"] is False and "operator_only" not in result
     assert enc.calls == 2  # synthetic and test sets
     assert result["accuracy"] > 0.95
@@ -400,17 +397,17 @@ def test_evaluate_synthetic_re_embeds_when_stored_dimension_differs(imdb_files):
 def test_evaluate_synthetic_rejects_a_file_without_usable_rows(tmp_path, imdb_files):
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"text": ["x"], "label": ["nope"]}), path)
+    scored = EvalSettings(test=imdb_files["test"], task="imdb")
     with pytest.raises(EvaluationError, match="no usable"):
-        evaluate_synthetic(str(path), imdb_files["test"], "imdb", embedder=imdb_files["embedder"])
+        evaluate_synthetic(path, scored, embedder=imdb_files["embedder"])
     pq.write_table(pa.table({"text": ["x"]}), path)
     with pytest.raises(EvaluationError, match="missing column"):
-        evaluate_synthetic(str(path), imdb_files["test"], "imdb", embedder=imdb_files["embedder"])
+        evaluate_synthetic(path, scored, embedder=imdb_files["embedder"])
 
 
 def test_evaluate_private_only_baseline(imdb_files):
-    result = evaluate_private_only(
-        imdb_files["private"], imdb_files["test"], "imdb", embedder=imdb_files["embedder"]
-    )
+    scored = EvalSettings(test=imdb_files["test"], task="imdb", private=imdb_files["private"])
+    result = evaluate_private_only(scored, embedder=imdb_files["embedder"])
     json.dumps(result)
     assert result["kind"] == "only_private" and result["differentially_private"] is False
     assert result["n_private"] == 24 and result["accuracy"] > 0.95

@@ -15,6 +15,7 @@ from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation import evaluate_synthetic
+from wasp_vllm.evaluation.settings import EvalSettings
 from wasp_vllm.pipeline import Run, prepare
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.privacy.accountant import EXACT
@@ -153,8 +154,10 @@ def test_the_final_vote_writes_weights_that_evaluate_uses(tmp_path):
     assert manifest["privacy"]["ledger"]["compositions"] == cfg.rounds  # T votes, not T-1
     weights = np.asarray(table.column("weight").to_pylist())
     assert weights.min() >= 0.5 and weights.max() <= 1.5 and abs(weights.mean() - 1) < 0.05
-    report = evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), str(tmp_path / "p.csv"), "drugs",
-                                embedder=HashEmbedderForTests())  # fmt: skip
+    scored = EvalSettings(test=str(tmp_path / "p.csv"), task="drugs")
+    report = evaluate_synthetic(
+        tmp_path / "out" / "synthetic.parquet", scored, embedder=HashEmbedderForTests()
+    )
     assert report["trained_on_weights"]
 
 
@@ -174,22 +177,20 @@ def test_short_prompts_come_from_the_task_file(tmp_path):
 def test_label_agreement_with_a_reference_set(tmp_path):
     run(tmp_path)
     private = str(tmp_path / "p.csv")
-    report = evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), private, "drugs",
-                                embedder=HashEmbedderForTests(), reference=private)  # fmt: skip
+    synthetic, scored = tmp_path / "out" / "synthetic.parquet", EvalSettings(test=private, reference=private)
+    report = evaluate_synthetic(synthetic, scored, embedder=HashEmbedderForTests())
     # The reference may hold private records (here it is the private file): the figure, an
     # un-noised statistic of it, is the operator's unless the reference is declared public.
     assert "label_agreement" not in report
     agreement = report["operator_only"]["label_agreement"]
     assert 0.0 <= agreement["overall"] <= 1.0 and agreement["n"] == 90
     assert set(agreement["per_label"]) == set(LABELS) and agreement["reference_public"] is False
-    public = evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), private, "drugs",
-                                embedder=HashEmbedderForTests(), reference=private,
-                                reference_public=True)  # fmt: skip
+    declared = scored.model_copy(update={"reference_public": True})
+    public = evaluate_synthetic(synthetic, declared, embedder=HashEmbedderForTests())
     assert public["label_agreement"]["overall"] == agreement["overall"] and "operator_only" not in public
     with pytest.raises(ValueError, match="overlaps the private set"):  # declared public, yet private
-        evaluate_synthetic(str(tmp_path / "out" / "synthetic.parquet"), private, "drugs",
-                           embedder=HashEmbedderForTests(), reference=private, reference_public=True,
-                           private_source=private)  # fmt: skip
+        with_private = declared.model_copy(update={"private": private})
+        evaluate_synthetic(synthetic, with_private, embedder=HashEmbedderForTests())
 
 
 def test_the_exact_accountant_composes_prior_and_votes(tmp_path):

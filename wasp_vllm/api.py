@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wasp_vllm.config import ConfigError, RunConfig, build_config, read_config_file
+from wasp_vllm.config import ConfigError, RunConfig, build_config, build_settings, read_config_file
 from wasp_vllm.pipeline.store import PUBLISHED, RunStore
 
 if TYPE_CHECKING:
@@ -205,16 +205,24 @@ def evaluate(
     test: Any,
     task: str = "drugs",
     private: Any = None,
-    **options: Any,
+    embedder: Any = None,
+    **settings: Any,
 ) -> dict[str, Any]:
     """Train a task model on the synthetic set and score it on real test data (see ``evaluate``).
 
     ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the
     operator's FID against the raw private records, in the report's ``operator_only`` section.
     ``reference=`` adds the label agreement, also in ``operator_only`` unless
-    ``reference_public=True`` declares that the reference holds no private record.
+    ``reference_public=True`` declares that the reference holds no private record.  Any other
+    keyword is a field of :class:`~wasp_vllm.evaluation.settings.EvalSettings`; ``embedder`` is
+    an embedder name, or a ready encoder (anything with ``encode``).
     """
     from wasp_vllm.evaluation import evaluate_synthetic
+    from wasp_vllm.evaluation.settings import EvalSettings
 
     path = synthetic.synthetic_path if isinstance(synthetic, RunResult) else Path(synthetic)
-    return evaluate_synthetic(str(path), str(test), task, private_source=private, **options)
+    values = {"test": str(test), "task": task, "private": None if private is None else str(private)}
+    if isinstance(embedder, str):
+        values["embedder"] = embedder
+    ready = None if embedder is None or isinstance(embedder, str) else embedder
+    return evaluate_synthetic(path, build_settings(EvalSettings, values | settings), embedder=ready)

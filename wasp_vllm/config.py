@@ -11,7 +11,7 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -21,6 +21,9 @@ from wasp_vllm.strategies import STRATEGIES, get_strategy
 WHAT, DATA, PRIVACY, METHOD, SAMPLING, ENGINES = (
     "What to generate", "Private data", "Privacy", "Method", "Sampling", "Engines",
 )  # fmt: skip
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
 
 class ConfigError(ValueError):
@@ -276,17 +279,24 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> RunConfig:
     """Merge file settings with command-line overrides and validate the result."""
     merged = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
+    return build_settings(RunConfig, merged)
+
+
+def build_settings(model: type[SettingsT], values: dict[str, Any]) -> SettingsT:
+    """A settings value from plain values, or a ConfigError naming each wrong setting."""
     try:
-        return RunConfig(**merged)
+        return model(**values)
     except ValidationError as exc:
-        raise ConfigError("; ".join(_describe(err) for err in exc.errors())) from None
+        raise ConfigError("; ".join(_describe(err, model) for err in exc.errors())) from None
 
 
-def _describe(err: Any) -> str:
+def _describe(err: Any, model: type[BaseModel]) -> str:
     """One pydantic error as ``setting: problem``; the offending value is not repeated."""
     where = ".".join(str(p) for p in err["loc"]) or "config"
     if err["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(err["loc"][0]), RunConfig.model_fields, n=1)
+        close = difflib.get_close_matches(str(err["loc"][0]), model.model_fields, n=1)
         return f"unknown setting {where!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    if err["type"] == "missing":
+        return f"{where} is required"
     message = err["msg"].removeprefix("Value error, ")
     return f"{where}: {message}" if err["loc"] else message

@@ -11,55 +11,16 @@ from rich.console import Console
 from rich.table import Table
 
 from wasp_vllm.cli.app import app, console, friendly_errors, setup_logging
-
-Reference = Annotated[
-    str | None,
-    typer.Option(
-        help="A real labelled set (never the test split; 'drugs' = its fit split) for the label "
-        "agreement: the share of synthetic samples a classifier trained on it labels alike."
-    ),
-]
-ReferencePublic = Annotated[
-    bool,
-    typer.Option(
-        "--reference-public/--reference-private",
-        help="Whether --reference holds no private record. Private (default): the label agreement, "
-        "an un-noised statistic of the reference, goes into the operator_only section.",
-    ),
-]
+from wasp_vllm.cli.options import settings_command
+from wasp_vllm.config import build_settings
+from wasp_vllm.evaluation.settings import EvalSettings
 
 
 @app.command()
+@settings_command(EvalSettings)
 def evaluate(
+    settings: dict[str, Any],
     synthetic: Annotated[Path, typer.Option(help="synthetic.parquet written by `generate`.")],
-    test: Annotated[
-        str, typer.Option(help="Real labelled test set: a file, or 'drugs' (built-in test split).")
-    ],
-    task: Annotated[str, typer.Option(help="Task name or task file (gives the label set).")] = "drugs",
-    private: Annotated[
-        str | None,
-        typer.Option(help="Private set for FID (synthetic vs private embeddings); omit to skip FID."),
-    ] = None,
-    private_limit: Annotated[
-        int | None, typer.Option("--m", help="Same M as the generation run (for FID).")
-    ] = None,
-    seed: Annotated[
-        int, typer.Option(help="Seed of the task model, and of the private sample (as in generate).")
-    ] = 0,
-    model: Annotated[
-        str, typer.Option(help="Task model: 'logreg' (CPU, on embeddings) or 'bert' (fine-tune).")
-    ] = "logreg",
-    bert_path: Annotated[
-        str | None, typer.Option(help="Local BERT-like model directory for --model bert.")
-    ] = None,
-    embedder: Annotated[str, typer.Option(help="Sentence embedder for logreg and FID.")] = "auto",
-    text_col: Annotated[str, typer.Option(help="Text column of the test file.")] = "text",
-    label_col: Annotated[str, typer.Option(help="Label column of the test file.")] = "label",
-    reference: Reference = None,
-    reference_public: ReferencePublic = False,
-    weights: Annotated[
-        bool, typer.Option(help="Train on the synthetic file's `weight` column when it has one.")
-    ] = True,
     out: Annotated[Path | None, typer.Option(help="Also write the report as JSON here.")] = None,
 ) -> None:
     """Train a task model on the synthetic set and score it on real test data (accuracy, macro-F1, FID)."""
@@ -68,23 +29,7 @@ def evaluate(
         from wasp_vllm.evaluation import evaluate_synthetic
 
         # An EvaluationError is a ValueError: friendly_errors turns it into one line and exit 2.
-        report = evaluate_synthetic(
-            str(synthetic),
-            test,
-            task,
-            private_source=private,
-            model=model,
-            embedder_spec=embedder,
-            seed=seed,
-            text_col=text_col,
-            label_col=label_col,
-            private_limit=private_limit,
-            private_seed=seed,
-            bert_path=bert_path,
-            reference=reference,
-            reference_public=reference_public,
-            use_weights=weights,
-        )
+        report = evaluate_synthetic(synthetic, build_settings(EvalSettings, settings))
         _echo_json(report, out)
 
 

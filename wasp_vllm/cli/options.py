@@ -1,15 +1,18 @@
-"""Command-line options made from the config model: each setting's name, help and default once.
+"""Command-line options made from a settings model: each setting's name, help and default once.
 
-:func:`config_command` turns a function ``f(settings: dict, **command_options)`` into a Typer
-command with one option per :class:`~wasp_vllm.config.RunConfig` field (``--max-new-tokens``
-for ``max_new_tokens``, or the field's own ``flag``), grouped in ``--help`` by the field's panel.
-Every option defaults to "not given" (None), so a run file (``--config``) fills what the command
-line leaves out and the model's default fills the rest.  Choices and bounds are checked by the
-model, which gives one ``error:`` line naming the setting.
+:func:`settings_command` turns a function ``f(settings: dict, **command_options)`` into a Typer
+command with one option per field of a settings model (``--max-new-tokens`` for
+``max_new_tokens``, or the field's own ``flag``), grouped in ``--help`` by the field's panel:
+``generate`` and ``audit`` from :class:`~wasp_vllm.config.RunConfig` (:func:`config_command`),
+``evaluate`` from :class:`~wasp_vllm.evaluation.settings.EvalSettings`.  Every option defaults to
+"not given" (None), so a run file (``--config``) fills what the command line leaves out and the
+model's default fills the rest; a required field is a required option.  Choices and bounds are
+checked by the model, which gives one ``error:`` line naming the setting.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import types
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import typer
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from wasp_vllm.config import RunConfig
@@ -30,56 +34,73 @@ def _cli_type(annotation: Any) -> tuple[type, list[str]]:
         annotation = args[0]
     if typing.get_origin(annotation) is Literal:
         return str, [str(v) for v in typing.get_args(annotation)]
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return str, [str(v.value) for v in annotation]
     if typing.get_origin(annotation) is list:
         return str, []
     return annotation, []
 
 
 def _help(field: FieldInfo, choices: list[str]) -> str:
+    if field.is_required():
+        return field.description or ""  # Typer adds [required]
     default = field.get_default(call_default_factory=True)
     shown = ",".join(default) if isinstance(default, list) else default
+    shown = default.value if isinstance(default, enum.Enum) else shown
     text = field.description or ""
     if choices and "'" not in text:
         text += f" One of: {', '.join(choices)}."
     return f"{text} (default: {shown})" if default is not None else text
 
 
-def config_parameters() -> list[inspect.Parameter]:
-    """One keyword parameter per config field, annotated with its Typer option."""
+def settings_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
+    """One keyword parameter per field of ``model``, annotated with its Typer option."""
     params = []
-    for name, field in RunConfig.model_fields.items():
+    for name, field in model.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         cli_type, choices = _cli_type(field.annotation)
         decls = [str(extra["flag"])] if extra.get("flag") else []
         option = typer.Option(
             *decls, help=_help(field, choices), rich_help_panel=str(extra.get("panel")), show_default=False
         )
-        annotation = Annotated[cli_type | None, option]  # type: ignore[valid-type]
+        if field.is_required():
+            annotation: Any = Annotated[cli_type, option]
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+            continue
+        annotation = Annotated[cli_type | None, option]
         params.append(
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
         )
     return params
 
 
-def config_command(command: Callable[..., None]) -> Callable[..., None]:
-    """``command(settings, **own_options)`` as a Typer callback taking every config option too.
+def settings_command(model: type[BaseModel]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``command(settings, **own_options)`` as a Typer callback taking every option of ``model``.
 
     ``command``'s own keyword parameters (``--config``, ``--out``, ...) keep their annotations;
-    the config options are collected into ``settings`` (only those given on the command line).
+    the settings' options are collected into ``settings`` (only those given on the command line).
     """
-    own = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-        for p in list(inspect.signature(command, eval_str=True).parameters.values())[1:]
-    ]
-    fields = set(RunConfig.model_fields)
 
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> None:
-        settings = {k: v for k, v in kwargs.items() if k in fields and v is not None}
-        command(settings, **{k: v for k, v in kwargs.items() if k not in fields})
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+        ]
+        fields = set(model.model_fields)
 
-    params = [*config_parameters(), *own]
-    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    del wrapper.__wrapped__  # Typer must read the new signature, not the wrapped one
-    return wrapper
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> None:
+            settings = {k: v for k, v in kwargs.items() if k in fields and v is not None}
+            command(settings, **{k: v for k, v in kwargs.items() if k not in fields})
+
+        params = [*settings_parameters(model), *own]
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        del wrapper.__wrapped__  # Typer must read the new signature, not the wrapped one
+        return wrapper
+
+    return decorate
+
+
+#: ``generate``'s (and ``audit``'s) options: one per RunConfig field.
+config_command = settings_command(RunConfig)

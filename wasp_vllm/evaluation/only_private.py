@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from wasp_vllm.evaluation.classifier import BertSettings, TextEncoder, train_and_score
-from wasp_vllm.evaluation.common import OPERATOR_NOTE
+from wasp_vllm.evaluation.common import OPERATOR_NOTE, EvaluationError
 from wasp_vllm.evaluation.metrics import label_balance
+from wasp_vllm.evaluation.settings import EvalSettings, TaskModel
 
 
 def _make_embedder(spec: str) -> TextEncoder:
@@ -20,22 +21,13 @@ def _make_embedder(spec: str) -> TextEncoder:
 
 
 def evaluate_private_only(
-    private_source: str,
-    test_source: str,
-    task_name: str,
-    model: str = "logreg",
-    embedder_spec: str = "auto",
-    seed: int = 0,
-    text_col: str = "text",
-    label_col: str = "label",
+    settings: EvalSettings,
     *,
-    private_limit: int | None = None,
-    private_seed: int = 0,
-    bert_path: str | None = None,
-    bert_settings: BertSettings | None = None,
     embedder: TextEncoder | None = None,
+    bert_settings: BertSettings | None = None,
 ) -> dict[str, Any]:
-    """The OnlyPrivate baseline: the task model trained on the private records alone (no DP).
+    """The OnlyPrivate baseline: the task model trained on the private records alone (no DP):
+    ``settings.private`` drawn as a generation run draws it (``private_limit``, ``seed``).
 
     It is the reference the paper compares synthetic sets against; it is not private, so
     its score must never be reported as if it had a privacy guarantee.
@@ -43,32 +35,28 @@ def evaluate_private_only(
     from wasp_vllm.data.records import load_private, load_test
     from wasp_vllm.tasks import get_task
 
-    task = get_task(task_name)
+    if settings.private is None:
+        raise EvaluationError("the OnlyPrivate baseline needs the private set (private=...)")
+    task = get_task(settings.task)
+    text_col, label_col = settings.text_col, settings.label_col
     private = load_private(
-        private_source, task, text_col=text_col, label_col=label_col, limit=private_limit, seed=private_seed
+        settings.private, task, text_col, label_col, limit=settings.private_limit, seed=settings.seed
     )
-    test = load_test(test_source, task, text_col=text_col, label_col=label_col)
-    enc = embedder if embedder is not None or model != "logreg" else _make_embedder(embedder_spec)
+    test = load_test(settings.test, task, text_col, label_col)
+    logreg = settings.model == TaskModel.LOGREG
+    enc = embedder if embedder is not None or not logreg else _make_embedder(settings.embedder)
     report = train_and_score(
-        private.texts,
-        private.labels,
-        test.texts,
-        test.labels,
-        task.labels,
-        model=model,
-        embedder=enc,
-        seed=seed,
-        bert_path=bert_path,
-        bert_settings=bert_settings,
-    )
+        private.texts, private.labels, test.texts, test.labels, task.labels, model=settings.model,
+        embedder=enc, seed=settings.seed, bert_path=settings.bert_path, bert_settings=bert_settings,
+    )  # fmt: skip
     return {
         "kind": "only_private",
         "differentially_private": False,
         "note": OPERATOR_NOTE,
         "task": task.name,
-        "model": model,
+        "model": str(settings.model),
         "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
-        "seed": seed,
+        "seed": settings.seed,
         "n_private": len(private),
         "label_balance": label_balance(private.labels, task.labels),
         "accuracy": report.accuracy,

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from wasp_vllm.evaluation.classifier import BertSettings, TextEncoder, label_agreement, train_and_score
 from wasp_vllm.evaluation.common import OPERATOR_NOTE, OPERATOR_ONLY, EvaluationError
 from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
+from wasp_vllm.evaluation.settings import EvalSettings, TaskModel
 
 log = logging.getLogger(__name__)
 
@@ -164,152 +165,98 @@ def _make_embedder(spec: str) -> TextEncoder:
 
 
 def evaluate_synthetic(
-    synthetic_path: str,
-    test_source: str,
-    task_name: str,
-    private_source: str | None = None,
-    model: str = "logreg",
-    embedder_spec: str = "auto",
-    seed: int = 0,
-    text_col: str = "text",
-    label_col: str = "label",
+    synthetic_path: str | os.PathLike[str],
+    settings: EvalSettings,
     *,
-    private_limit: int | None = None,
-    private_seed: int = 0,
-    bert_path: str | None = None,
-    bert_settings: BertSettings | None = None,
     embedder: TextEncoder | None = None,
-    fid_method: str = "sqrtm",
-    reference: str | None = None,
-    reference_public: bool = False,
-    use_weights: bool = True,
+    bert_settings: BertSettings | None = None,
 ) -> dict[str, Any]:
     """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
 
-    ``reference`` (a labelled set, never the test split) adds the label agreement: the share of
-    synthetic samples whose label a classifier trained on it gives too.  A classifier trained on
-    the reference is an un-noised statistic of its records, so the figure goes into the
+    ``settings.reference`` (a labelled set, never the test split) adds the label agreement: the
+    share of synthetic samples whose label a classifier trained on it gives too.  A classifier
+    trained on the reference is an un-noised statistic of its records, so the figure goes into the
     ``operator_only`` section unless ``reference_public`` declares that the reference holds no
-    private record (then it is published as ``label_agreement``).  ``use_weights``: train
-    on the file's ``weight`` column if it has one.  ``text_col``/``label_col`` name the columns
-    of the test and private files; ``private_limit``/``private_seed`` take the subset of the
-    private file that the generation run used.  FID (the operator's figure) only with
-    ``private_source``.  ``embedder`` overrides ``embedder_spec`` with a ready encoder.
-    Returns a JSON-serialisable dict.
+    private record (then it is published as ``label_agreement``).  FID (the operator's figure)
+    only with ``settings.private``, drawn as the generation run drew it (``private_limit``,
+    ``seed``).  ``embedder`` overrides ``settings.embedder`` with a ready encoder.  Returns a
+    JSON-serialisable dict.
     """
     from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
 
-    task = get_task(task_name)
+    task = get_task(settings.task)
     synth = read_synthetic(synthetic_path, task)
     if not synth.texts:
         raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")
-    test = load_test(test_source, task, text_col=text_col, label_col=label_col)
-    need_embedder = model == "logreg" or private_source is not None
-    enc = embedder if embedder is not None or not need_embedder else _make_embedder(embedder_spec)
+    test = load_test(settings.test, task, text_col=settings.text_col, label_col=settings.label_col)
+    need_embedder = settings.model == TaskModel.LOGREG or settings.private is not None
+    enc = embedder if embedder is not None or not need_embedder else _make_embedder(settings.embedder)
     synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
-    weights = synth.weights if use_weights else None
-    report = _train_on_synthetic(
-        synth, synth_emb, weights, test, task.labels, model, enc, seed, bert_path, bert_settings
-    )
-    result = _summary(synthetic_path, task, model, enc, reused, seed, fid_method, synth, report)
+    weights = synth.weights if settings.use_weights else None
+    report = train_and_score(
+        synth.texts, synth.labels, test.texts, test.labels, task.labels, model=settings.model, embedder=enc,
+        seed=settings.seed, bert_path=settings.bert_path, bert_settings=bert_settings,
+        train_embeddings=synth_emb if settings.model == TaskModel.LOGREG else None, train_weights=weights,
+    )  # fmt: skip
+    result = _summary(synthetic_path, settings, enc, reused, synth, report, task.labels)
     if enc is not None and synth_emb is not None:
-        columns = (text_col, label_col)
-        private = (private_source, private_limit, private_seed)
-        result |= _against_real_records(
-            synth, synth_emb, enc, task, columns, private, (reference, reference_public), seed, fid_method
-        )
-    result["trained_on_weights"] = bool(use_weights and synth.weights is not None)
+        result |= _against_real_records(synth, synth_emb, enc, task, settings)
+    result["trained_on_weights"] = bool(settings.use_weights and synth.weights is not None)
     log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
     return result
 
 
 def _summary(
-    synthetic_path: str,
-    task: Any,
-    model: str,
+    synthetic_path: str | os.PathLike[str],
+    settings: EvalSettings,
     enc: TextEncoder | None,
     reused: bool,
-    seed: int,
-    fid_method: str,
     synth: SyntheticSet,
     report: Any,
+    label_names: list[str],
 ) -> dict[str, Any]:
     """The report's head: what was scored, with what, and the task model's scores."""
     return {
         "kind": "synthetic",
         "synthetic_path": str(Path(synthetic_path)),
-        "task": task.name,
-        "model": model,
+        "task": settings.task,
+        "model": str(settings.model),
         "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
         "reused_stored_embeddings": reused,
-        "seed": seed,
-        **_describe_synthetic(synth, task.labels),
+        "seed": settings.seed,
+        **_describe_synthetic(synth, label_names),
         "accuracy": report.accuracy,
         "macro_f1": report.macro_f1,
         "classifier": report.to_dict(),
-        "fid_method": fid_method,
+        "fid_method": settings.fid_method,
     }
 
 
-def _train_on_synthetic(
-    synth: SyntheticSet,
-    synth_emb: np.ndarray | None,
-    weights: np.ndarray | None,
-    test: Any,
-    label_names: list[str],
-    model: str,
-    enc: TextEncoder | None,
-    seed: int,
-    bert_path: str | None,
-    bert_settings: BertSettings | None,
-) -> Any:
-    """The task model trained on the synthetic set (its stored embeddings reused), scored on test."""
-    return train_and_score(
-        synth.texts,
-        synth.labels,
-        test.texts,
-        test.labels,
-        label_names,
-        model=model,
-        embedder=enc,
-        seed=seed,
-        bert_path=bert_path,
-        bert_settings=bert_settings,
-        train_embeddings=synth_emb if model == "logreg" else None,
-        train_weights=weights,
-    )
-
-
 def _against_real_records(
-    synth: SyntheticSet,
-    synth_emb: np.ndarray,
-    enc: TextEncoder,
-    task: Any,
-    columns: tuple[str, str],
-    private: tuple[str | None, int | None, int],
-    reference: tuple[str | None, bool],
-    seed: int,
-    fid_method: str,
+    synth: SyntheticSet, synth_emb: np.ndarray, enc: TextEncoder, task: Any, settings: EvalSettings
 ) -> dict[str, Any]:
     """FID against the private records (operator only) and label agreement against the reference
-    (``(source, declared public)``; operator only unless declared public)."""
+    (operator only unless declared public)."""
     from wasp_vllm.data.records import load_private
 
     figures: dict[str, Any] = {}
-    source, limit, private_seed = private
-    reference_source, public = reference
-    if reference_source is not None:  # before any work: a contradiction is the user's mistake
-        _check_declared_public(reference_source, public, source)
-    if source is not None:
-        records = load_private(source, task, *columns, limit=limit, seed=private_seed)
-        figures[OPERATOR_ONLY] = _operator_figures(synth, synth_emb, enc.encode(records.texts), fid_method)
-    if reference_source is not None:
-        ref = load_private(reference_source, task, *columns)
-        agreement = label_agreement(
-            synth_emb, synth.labels, enc.encode(ref.texts), ref.labels, task.labels, seed
+    columns = (settings.text_col, settings.label_col)
+    reference, public = settings.reference, settings.reference_public
+    if reference is not None:  # before any work: a contradiction is the user's mistake
+        _check_declared_public(reference, public, settings.private)
+    if settings.private is not None:
+        records = load_private(
+            settings.private, task, *columns, limit=settings.private_limit, seed=settings.seed
         )
-        agreement |= {"reference": str(reference_source), "reference_public": public}
+        private_emb = enc.encode(records.texts)
+        figures[OPERATOR_ONLY] = _operator_figures(synth, synth_emb, private_emb, settings.fid_method)
+    if reference is not None:
+        ref = load_private(reference, task, *columns)
+        agreement = label_agreement(
+            synth_emb, synth.labels, enc.encode(ref.texts), ref.labels, task.labels, settings.seed
+        )
+        agreement |= {"reference": str(reference), "reference_public": public}
         if public:
             figures["label_agreement"] = agreement
         else:  # possibly private records: an un-noised statistic of them stays with the operator

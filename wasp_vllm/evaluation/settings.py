@@ -1,0 +1,71 @@
+"""What an evaluation reads and how it scores: one settings value for ``evaluate``, the Python API,
+the OnlyPrivate baseline and the benchmarks.
+
+``wasp-vllm evaluate`` builds one option per field from it (``cli/options.py``), as ``generate``
+does from ``RunConfig``: each setting's name, default and help live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from wasp_vllm.config import setting
+
+# Help panels of `wasp-vllm evaluate --help`.
+SCORED, REAL, MODEL = "What is scored", "Real records beside it", "Task model"
+
+
+class TaskModel(StrEnum):
+    """The classifier trained on the synthetic (or private) set and scored on the test set."""
+
+    LOGREG = "logreg"  # logistic regression on sentence embeddings (CPU, seconds)
+    BERT = "bert"  # a local BERT-like model, fine-tuned (--bert-path)
+
+
+class EvalSettings(BaseModel):
+    """Everything that decides what an evaluation reads and how it scores."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    test: str = setting(
+        ..., "Real labelled test set: a file, or a built-in set name ('drugs' = its test split; "
+        "'drugs:validation' for choosing settings).", SCORED,
+    )  # fmt: skip
+    task: str = setting("drugs", "Task name or task file (gives the label set).", SCORED)
+    text_col: str = setting("text", "Text column of the test, private and reference files.", SCORED)
+    label_col: str = setting("label", "Label column of the test, private and reference files.", SCORED)
+    private: str | None = setting(
+        None, "Private set: the FID of the synthetic set against it (the operator's figure); for "
+        "the OnlyPrivate baseline, the records the task model trains on.", REAL,
+    )  # fmt: skip
+    private_limit: int | None = setting(
+        None, "Same M as the generation run: the same records it drew from --private.", REAL, flag="--m", ge=1
+    )
+    reference: str | None = setting(
+        None, "A real labelled set (never the test split; 'drugs' = its fit split) for the label "
+        "agreement: the share of synthetic samples a classifier trained on it labels alike.", REAL,
+    )  # fmt: skip
+    reference_public: bool = setting(
+        False, "Whether --reference holds no private record. Private (default): the label agreement, "
+        "an un-noised statistic of the reference, goes into the operator_only section.", REAL,
+        flag="--reference-public/--reference-private",
+    )  # fmt: skip
+    seed: int = setting(0, "Seed of the task model, and of the private draw (as in generate).", MODEL)
+    model: TaskModel = setting(
+        TaskModel.LOGREG,
+        "Task model: 'logreg' (CPU, on embeddings) or 'bert' (fine-tune --bert-path).",
+        MODEL,
+    )
+    bert_path: str | None = setting(None, "Local BERT-like model directory for --model bert.", MODEL)
+    embedder: str = setting("auto", "Sentence embedder for logreg, FID and the label agreement.", MODEL)
+    use_weights: bool = setting(
+        True, "Train on the synthetic file's `weight` column when it has one.", MODEL,
+        flag="--weights/--no-weights",
+    )  # fmt: skip
+    fid_method: Literal["sqrtm", "eigh"] = setting(
+        "sqrtm", "FID's matrix square root: 'sqrtm' (as published FID code) or 'eigh' (faster, same value).",
+        MODEL,
+    )  # fmt: skip
