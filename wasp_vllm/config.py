@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from wasp_vllm.privacy.accountant import AccountantMode, Neighbour
 from wasp_vllm.strategies import STRATEGIES, get_strategy
 
 # Help panels of `wasp-vllm generate --help`, in the order a newcomer reads them.
@@ -71,13 +72,13 @@ class RunConfig(BaseModel):
     # privacy
     epsilon: float = setting(4.0, "Privacy budget epsilon for the whole run.", PRIVACY, gt=0)
     delta: float = setting(1e-5, "Privacy parameter delta, in (0, 1).", PRIVACY, gt=0, lt=1)
-    accountant: Literal["exact", "paper"] = setting(
-        "exact", "'exact' (analytic Gaussian, tight) or 'paper' (the paper's formula, about 2.7x more "
-        "noise); the exact accountant checks every run either way.", PRIVACY,
+    accountant: AccountantMode = setting(
+        AccountantMode.EXACT, "'exact' (analytic Gaussian, tight) or 'paper' (the paper's formula, about "
+        "2.7x more noise); the exact accountant checks every run either way.", PRIVACY,
     )  # fmt: skip
-    neighbour: Literal["add_remove", "replace"] = setting(
-        "add_remove", "Neighbouring data sets in the input file: one record more or less, or one changed.",
-        PRIVACY,
+    neighbour: Neighbour = setting(
+        Neighbour.ADD_REMOVE, "Neighbouring data sets in the input file: one record more or less, or one "
+        "changed.", PRIVACY,
     )  # fmt: skip
     privacy_unit: Literal["record", "user"] = setting(
         "record", "'record', or 'user' (needs --user-col and --max-records-per-user).", PRIVACY

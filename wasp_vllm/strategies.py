@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
 from wasp_vllm.tasks import draw_contrastive_examples
 
 
-class PromptKind(str, Enum):
+class PromptKind(StrEnum):
     """The three prompts of WASP (Table 7 of the paper); the task file holds their templates."""
 
     ZERO_SHOT = "zero_shot"

@@ -75,7 +75,7 @@ class PrivateTokenSelector:
         max_retries: int = 2,
         fallback: Fallback = sample_public,
         rng: np.random.Generator | None = None,
-        neighbour: Neighbour = "add_remove",
+        neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
         noise_rng: np.random.Generator | None = None,
     ) -> None:
         if ensemble not in ENSEMBLE_KINDS:

@@ -65,7 +65,7 @@ class HotPateSettings:
     gamma: float = 0.5
     wrapper: Wrapper = "boundary"
     stability_share: float = 0.1
-    neighbour: Neighbour = "add_remove"
+    neighbour: Neighbour | str = Neighbour.ADD_REMOVE
     task: str = "text"
     max_example_chars: int = 300
     response_prefix: str = '"'

@@ -59,12 +59,11 @@ from wasp_vllm.hotpate.accounting import (
 )
 from wasp_vllm.hotpate.aggregators import VOTE_SENSITIVITY, Aggregator
 from wasp_vllm.hotpate.ensembles import VoteHistogram
-from wasp_vllm.privacy.accountant import GaussianRelease, PrivacyBudgetExceeded, PrivacyLedger
+from wasp_vllm.privacy.accountant import GaussianRelease, Neighbour, PrivacyBudgetExceeded, PrivacyLedger
 from wasp_vllm.privacy.gaussian import epsilon_for_sigma, mu_for_epsilon
 
 Accounting = Literal["gaussian", "target-charging"]
 ACCOUNTINGS: tuple[str, ...] = ("gaussian", "target-charging")
-Neighbour = Literal["add_remove", "replace"]
 #: Below this chance of clearing the threshold, a call is not worth its privacy cost.
 UNREACHABLE_P = 1e-9
 
@@ -174,7 +173,10 @@ class GaussianStep:
     name = "gaussian"
 
     def __init__(
-        self, aggregator: Aggregator, ledger: PrivacyLedger | None = None, neighbour: Neighbour = "add_remove"
+        self,
+        aggregator: Aggregator,
+        ledger: PrivacyLedger | None = None,
+        neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
     ) -> None:
         if ledger is not None and aggregator.sigma <= 0:
             raise ValueError("a privacy ledger needs sigma > 0 (sigma 0 releases the true histogram)")

@@ -22,7 +22,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from wasp_vllm.privacy.gaussian import (
@@ -41,14 +41,14 @@ BUDGET_RTOL = 1e-9
 PAPER_CONSTANT = 4.0
 
 
-class Neighbour(str, Enum):
+class Neighbour(StrEnum):
     """How two neighbouring data sets differ: one unit more or less, or one unit changed."""
 
     ADD_REMOVE = "add_remove"
     REPLACE = "replace"
 
 
-class AccountantMode(str, Enum):
+class AccountantMode(StrEnum):
     """Which accountant chooses sigma (the exact one checks every run either way)."""
 
     EXACT = "exact"
