@@ -173,3 +173,28 @@ def test_the_audit_with_the_real_engine_stays_below_the_claim(tmp_path):
     honest = _real_audit(tmp_path / "honest")
     print(f"no leak: {honest.statement()}")
     assert not honest.refutes_claim
+
+
+def test_canaries_fit_a_user_column_and_an_integer_label_column():
+    """Each canary is one user's one record; labels go in as text whatever the column's type."""
+    import pyarrow as pa
+
+    from wasp_vllm.ops.audit import with_canaries
+
+    table = pa.table({"body": ["a", "b"], "stars": pa.array([1, 0], pa.int64()), "who": ["u1", "u2"],
+                      "genre": ["x", "y"]})  # fmt: skip
+    canaries = make_canaries(["1", "0"], 3, secrets.SystemRandom())
+    out = with_canaries(table, "body", "stars", canaries, user_col="who")
+    assert out.num_rows == 5 and out.column("stars").to_pylist()[:2] == ["1", "0"]
+    users = out.column("who").to_pylist()
+    assert len(set(users)) == 5 and None not in users  # a distinct user id each
+    assert out.column("genre").to_pylist()[2:] == [None] * 3
+
+
+def test_the_audit_runs_at_user_level(tmp_path):
+    records = _records(30).assign(user=[f"u{i % 10}" for i in range(30)])
+    backends = Backends(lambda name, cfg: EchoEngineForUnitTests(name), HashEmbedderForTests())
+    settings = {**SETTINGS, "privacy_unit": "user", "user_col": "user", "max_records_per_user": 3}
+    result = audit(records, out=tmp_path / "run", canaries=16, text_col="review", label_col="rating",
+                   noise_seed=1, backends=backends, **settings)  # fmt: skip
+    assert not result.refutes_claim and result.canaries == 16

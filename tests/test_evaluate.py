@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import wasp_vllm.evaluation.runner as runner
 from wasp_vllm.evaluation import (
     EvalReport,
     EvaluationError,
@@ -465,3 +466,17 @@ def test_logreg_with_the_real_embedder_beats_chance():
 def test_eval_report_round_trips_to_dict():
     report = EvalReport("logreg", 0.5, 0.4, {"a": 0.5}, {"a": 1}, {"a": 2}, [], 1, 2)
     assert report.to_dict()["per_label_f1"] == {"a": 0.5}
+
+
+def test_a_bert_task_model_still_gets_the_label_agreement_of_a_reference(tmp_path, imdb_files, monkeypatch):
+    """FID and the label agreement are measured on sentence embeddings whatever the task model is."""
+    from wasp_vllm.evaluation import BertSettings
+
+    made = []  # the settings' embedder, made because the reference needs it
+    monkeypatch.setattr(runner, "_make_embedder", lambda spec: made.append(spec) or imdb_files["embedder"])
+    scored = EvalSettings(test=imdb_files["test"], task="imdb", model="bert", reference=imdb_files["private"],
+                          bert_path=str(_tiny_bert_dir(tmp_path / "tiny-bert")))  # fmt: skip
+    settings = BertSettings(epochs=1, batch_size=8, device="cpu")
+    result = evaluate_synthetic(imdb_files["synthetic"], scored, bert_settings=settings)
+    assert result["model"] == "bert" and made == ["auto"]
+    assert 0.0 <= result["operator_only"]["label_agreement"]["overall"] <= 1.0

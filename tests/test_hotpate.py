@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import math
+import types
 from collections.abc import Sequence
 
 import numpy as np
@@ -377,3 +378,44 @@ def test_the_cli_draws_hot_pate_noise_from_a_secret_key(tmp_path, monkeypatch):
         # Hot PATE never resumes: its noise key is deleted when the run ends (issue 21, item 7)
         assert not (tmp_path / out / "private" / "noise.key").exists()
     assert seen[0] != seen[1] and min(seen) >= 2**192  # same public seed, different secret noise
+
+
+class _CharTokenizerForTests:
+    """Token ids are character codes: enough for the source's bookkeeping."""
+
+    eos_token_id = 0
+
+    def __call__(self, text, add_special_tokens=True):
+        return types.SimpleNamespace(input_ids=[ord(c) % 50 + 1 for c in text])
+
+    def get_vocab(self):
+        return {}
+
+
+class _RecordingLLMForTests:
+    """Stands in for vllm.LLM: records each request and answers one top-1 log-probability."""
+
+    def __init__(self):
+        self.requests = []
+
+    def generate(self, requests, params, use_tqdm=False):
+        self.requests += list(requests)
+        logprob = types.SimpleNamespace(rank=1, logprob=0.0)
+        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(logprobs=[{3: logprob}])])] * len(requests)
+
+
+def test_vllm_sources_never_share_prefix_cache_blocks():
+    """The public row's source and each ensemble's source salt their requests differently, so the
+    public prompt never reads KV blocks computed in a batch with private prompts."""
+    pytest.importorskip("vllm")
+    from wasp_vllm.hotpate.vllm_teachers import VLLMTeacherSource
+
+    llm = _RecordingLLMForTests()
+    loaded = types.SimpleNamespace(tokenizer=_CharTokenizerForTests(), llm=llm, chat=False, vocab_size=60,
+                                   generation_eos=None)  # fmt: skip
+    teachers = VLLMTeacherSource(loaded, ["private a", "private b"], top_k=1)
+    public = VLLMTeacherSource(loaded, ["public"], top_k=1)
+    teachers.next_distributions()
+    public.next_distributions()
+    salts = [r["cache_salt"] for r in llm.requests]
+    assert salts[0] == salts[1] != salts[2]  # one salt per source, the same for all its rows

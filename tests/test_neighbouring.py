@@ -137,7 +137,7 @@ def published(folder: Path, monkeypatch, args: list[str]) -> dict[str, str]:
         argv = ["evaluate", "--synthetic", "out/synthetic.parquet", "--test", "test.csv", *extra]
         ev = CliRunner().invoke(app, argv)
         assert ev.exit_code == 0, ev.output
-        reports[name] = _evaluate_report(ev.output)
+        reports[name] = _evaluate_report(ev.stdout)
     manifest = json.loads((folder / "out" / "manifest.json").read_text())
     for key in ("timings_s", "tokens_per_s"):  # wall-clock timings of public work may differ
         manifest.pop(key)
@@ -153,10 +153,10 @@ def published(folder: Path, monkeypatch, args: list[str]) -> dict[str, str]:
     }
 
 
-def _evaluate_report(output: str) -> str:
-    """The published part of an evaluate report: all of it but the operator's section."""
-    report = json.loads(output[output.index("{") :])
-    report.pop("operator_only", None)
+def _evaluate_report(stdout: str) -> str:
+    """What evaluate prints: published, so it holds no operator's section (that goes to --out)."""
+    report = json.loads(stdout)
+    assert "operator_only" not in report
     return json.dumps(report, sort_keys=True)
 
 
@@ -227,10 +227,11 @@ def test_a_possibly_private_reference_keeps_its_label_agreement_with_the_operato
     for folder in ("d", "d-prime"):
         monkeypatch.chdir(tmp_path / folder)
         argv = ["evaluate", "--synthetic", "out/synthetic.parquet", "--test", "test.csv", "--reference",
-                "private.csv"]  # fmt: skip
-        output = CliRunner().invoke(app, argv).output
-        report = json.loads(output[output.index("{") :])
-        assert "label_agreement" not in report
+                "private.csv", "--out", "report.json"]  # fmt: skip
+        printed = json.loads(CliRunner().invoke(app, argv).stdout)
+        assert "label_agreement" not in printed and "operator_only" not in printed
+        assert (tmp_path / folder / "report.json").stat().st_mode & 0o077 == 0  # the owner's alone
+        report = json.loads((tmp_path / folder / "report.json").read_text())
         figures.append(report["operator_only"]["label_agreement"])
     assert figures[0] != figures[1], "the private reference's figure should depend on the file"
 
@@ -364,3 +365,42 @@ def test_hot_pate_with_its_private_step_doubled_publishes_the_same_bytes(tmp_pat
     assert calls
     manifest = json.loads(first["manifest.json"])
     assert manifest["privacy"]["accounting"] == accounting and manifest["privacy"]["tokens_private"] > 0
+
+
+def test_the_progress_clock_never_runs_backwards_while_read_from_another_thread():
+    """rich reads the clock from its refresh thread: a read in the middle of the end of a private
+    stretch must not show the stretch's length (the clock going back by it for a frame)."""
+    import sys
+    import threading
+
+    ticks = [0.0]
+
+    def source() -> float:
+        ticks[0] += 1.0  # every read moves time on: each private stretch lasts a few ticks
+        return ticks[0]
+
+    clock = wasp_vllm.privacy.clock.PublicClock(source)
+    seen: list[float] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        last = clock()
+        while not stop.is_set():
+            now = clock()
+            if now < last:
+                seen.append(last - now)
+            last = now
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        thread = threading.Thread(target=reader)
+        thread.start()
+        for _ in range(20_000):
+            with clock.private_work():
+                pass
+        stop.set()
+        thread.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert seen == [], f"the clock went back {len(seen)} times"

@@ -21,7 +21,14 @@ from wasp_vllm.evaluation.settings import EvalSettings
 def evaluate(
     settings: dict[str, Any],
     synthetic: Annotated[Path, typer.Option(help="synthetic.parquet written by `generate`.")],
-    out: Annotated[Path | None, typer.Option(help="Also write the report as JSON here.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the whole report here as JSON (mode 0600), the operator's own figures "
+            "(operator_only: FID against the private records, a private reference's label agreement) "
+            "included; the printed report leaves them out."
+        ),
+    ] = None,
 ) -> None:
     """Train a task model on the synthetic set and score it on real test data (accuracy, macro-F1, FID)."""
     setup_logging(False)
@@ -30,7 +37,7 @@ def evaluate(
 
         # An EvaluationError is a ValueError: friendly_errors turns it into one line and exit 2.
         report = evaluate_synthetic(synthetic, build_settings(EvalSettings, settings))
-        _echo_json(report, out)
+        _print_report(report, out)
 
 
 @app.command()
@@ -311,6 +318,21 @@ def fleet_down(directory: FleetDir = DEFAULT_FLEET_DIR, ray_address: RayAddress 
     except fleet.FleetError as exc:
         raise _fleet_error(exc) from None
     console.print(f"deleted Ray Serve application {name!r}" if name else f"no fleet recorded in {directory}")
+
+
+def _print_report(report: dict[str, Any], out: Path | None) -> None:
+    """What is printed may be pasted anywhere: the report without its operator_only section, which
+    goes only into ``out`` (a file only its owner may read)."""
+    from wasp_vllm.evaluation.common import OPERATOR_ONLY
+    from wasp_vllm.pipeline.store import write_private_json
+
+    if out is not None:
+        write_private_json(out, report)
+    shown = {k: v for k, v in report.items() if k != OPERATOR_ONLY}
+    if OPERATOR_ONLY in report:
+        where = f"in {out}" if out is not None else "not shown: pass --out FILE to keep them"
+        console.print(f"operator-only figures (FID against the private records, ...) {where}", markup=False)
+    typer.echo(json.dumps(shown, indent=2, default=str))
 
 
 def _echo_json(report: dict[str, Any], out: Path | None) -> None:

@@ -190,7 +190,8 @@ def evaluate_synthetic(
     if not synth.texts:
         raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")
     test = load_test(settings.test, task, text_col=settings.text_col, label_col=settings.label_col)
-    need_embedder = settings.model == TaskModel.LOGREG or settings.private is not None
+    # FID and the label agreement need embeddings whatever the task model is
+    need_embedder = settings.model == TaskModel.LOGREG or settings.private or settings.reference
     enc = embedder if embedder is not None or not need_embedder else _make_embedder(settings.embedder)
     synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
     weights = synth.weights if settings.use_weights else None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,10 @@ class VLLMTeacherSource:
         self._prompt_ids = encode_prompts(loaded.tokenizer, texts, self.chat)
         self.generated: list[int] = []
         self._probs: np.ndarray | None = None
+        # Prefix-cache blocks are shared only among this source's own requests: the public row's
+        # source never reads blocks computed in a batch with private prompts (whose last bits
+        # could depend on them), and one ensemble's blocks never serve another's.
+        self._cache_salt = secrets.token_hex(8)
 
     @property
     def vocab_size(self) -> int:
@@ -155,7 +160,10 @@ class VLLMTeacherSource:
             from vllm.inputs import TokensPrompt
 
             params = SamplingParams(max_tokens=1, logprobs=self.top_k, temperature=self.temperature)
-            requests = [TokensPrompt(prompt_token_ids=ids + self.generated) for ids in self._prompt_ids]
+            requests = [
+                TokensPrompt(prompt_token_ids=ids + self.generated, cache_salt=self._cache_salt)
+                for ids in self._prompt_ids
+            ]
             outputs = self.lm.llm.generate(requests, params, use_tqdm=False)
             probs = np.zeros((self.n_rows, self.vocab_size), dtype=np.float64)
             for row, out in enumerate(outputs):

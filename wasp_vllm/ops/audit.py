@@ -174,16 +174,24 @@ def guess_membership(
     return out
 
 
-def with_canaries(table: pa.Table, text_col: str, label_col: str, canaries: Sequence[Canary]) -> pa.Table:
-    """The private table plus the canaries (other columns empty), as the run will read it."""
-    rows = [{text_col: c.text, label_col: c.label} for c in canaries]
-    extra = pa.Table.from_pylist(
-        rows, schema=pa.schema([table.schema.field(text_col), table.schema.field(label_col)])
-    )
-    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+def with_canaries(
+    table: pa.Table, text_col: str, label_col: str, canaries: Sequence[Canary], user_col: str | None = None
+) -> pa.Table:
+    """The private table plus the canaries, as the run will read it: text and label (the label
+    column read as text, whatever its type), a user id of its own for each canary (each is one
+    user's one record), other columns empty."""
+    own = {text_col: [c.text for c in canaries], label_col: [c.label for c in canaries]}
+    if user_col:
+        own[user_col] = [f"wasp-audit-canary-{i}" for i in range(len(canaries))]
+    merged = {}
     for name in table.column_names:
-        columns[name] += extra.column(name).to_pylist() if name in extra.column_names else [None] * len(rows)
-    return pa.table(columns, schema=table.schema)
+        values = table.column(name)
+        if name in own:  # as text, so a canary's label and user id fit an integer column too
+            values = values.cast(pa.string())
+            merged[name] = pa.concat_arrays([values.combine_chunks(), pa.array(own[name], pa.string())])
+        else:
+            merged[name] = pa.concat_arrays([values.combine_chunks(), pa.nulls(len(canaries), values.type)])
+    return pa.table(merged)
 
 
 def score_run(out: Path, canaries: Sequence[Canary], included: np.ndarray, out_guesses: int,
@@ -253,12 +261,8 @@ def audit(
     coin = secrets.SystemRandom()
     made = make_canaries(get_task(cfg.task).labels, canaries, coin)
     included = np.array([coin.random() < 0.5 for _ in made])
-    data = with_canaries(
-        table,
-        text_col,
-        label_col,
-        [c for c, i in zip(made, included, strict=True) if i],
-    )
+    chosen = [c for c, i in zip(made, included, strict=True) if i]
+    data = with_canaries(table, text_col, label_col, chosen, cfg.user_col)
     own = {k: v for k, v in cfg.model_dump().items() if k != "private"} | columns
     generate(data, out=out, overwrite=overwrite, backends=backends, progress=progress, **own)
     record_coins(Path(out), made, included)

@@ -110,6 +110,12 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     _atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n"))
 
 
+def write_private_json(path: Path, data: dict[str, Any]) -> None:
+    """As :func:`write_json`, readable by its owner only (the operator's figures)."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    _atomic_write(path, lambda tmp: tmp.write_text(text), mode=0o600)
+
+
 def write_text(path: Path, text: str) -> None:
     _atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 

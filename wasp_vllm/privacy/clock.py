@@ -9,6 +9,7 @@ bar's elapsed time and ETA must not count it.  The CLI gives its progress bar a
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -21,10 +22,17 @@ def _now() -> float:
 
 
 class PublicClock:
-    """Seconds of public work: a monotonic clock minus every stretch spent in :meth:`private_work`."""
+    """Seconds of public work: a monotonic clock minus every stretch spent in :meth:`private_work`.
+
+    rich reads the clock from its refresh thread while the loop starts and ends private stretches:
+    each reading and each change of the state reads the time under one lock, so a reading is never
+    made of a stale state and a fresh time (which would show a private stretch's length for a
+    frame, the clock jumping back by it).
+    """
 
     def __init__(self, source: Callable[[], float] | None = None) -> None:
         self._source = source
+        self._lock = threading.Lock()
         self._paused = 0.0  # total length of the finished private stretches
         self._since: float | None = None  # start of the private stretch under way, if any
 
@@ -32,21 +40,27 @@ class PublicClock:
         return (self._source or _now)()
 
     def __call__(self) -> float:
-        now = self._read() if self._since is None else self._since  # frozen while private
-        return now - self._paused
+        with self._lock:
+            now = self._read() if self._since is None else self._since  # frozen while private
+            return now - self._paused
 
     @contextmanager
     def private_work(self) -> Iterator[None]:
         """Stop the clock while the block runs (nested blocks count once)."""
-        if self._since is not None:
+        with self._lock:
+            outer = self._since is None
+            if outer:
+                self._since = self._read()
+        if not outer:
             yield
             return
-        self._since = self._read()
         try:
             yield
         finally:
-            self._paused += self._read() - self._since
-            self._since = None
+            with self._lock:
+                assert self._since is not None
+                self._paused += self._read() - self._since
+                self._since = None
 
 
 def private_work(progress: Any) -> AbstractContextManager[None]:
