@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
@@ -35,7 +36,15 @@ from quality import CachedEmbedder, EnginePool  # noqa: E402 - shared with the q
 
 log = logging.getLogger("generation_settings")
 RESULTS = Path(__file__).parent / "results"
-SETTINGS = {
+
+
+class Setting(TypedDict):
+    top_p: float
+    top_k: int
+    example_sets: int
+
+
+SETTINGS: dict[str, Setting] = {
     "old": {"top_p": 0.95, "top_k": 0, "example_sets": 0},
     "top-k": {"top_p": 1.0, "top_k": 50, "example_sets": 0},
     "shared": {"top_p": 0.95, "top_k": 0, "example_sets": 4},
@@ -114,9 +123,7 @@ def main() -> int:
         payload.setdefault("machine", "2-core CPU (as first reported; the JSON predates machine records)")
         (RESULTS / "generation_settings.md").write_text(render(payload))
         return 0
-    from wasp_vllm.engines.embedder import Embedder
-
-    pool, embedder = EnginePool("vllm"), CachedEmbedder(Embedder("all-MiniLM-L6-v2"))
+    pool, embedder = EnginePool("vllm"), CachedEmbedder("all-MiniLM-L6-v2")
     names = list(SETTINGS)
     runs = []
     machine = report.machine()

@@ -41,6 +41,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +52,7 @@ from wasp_vllm.hotpate import (
     TeacherEnsembleLM,
     load_lm,
 )
+from wasp_vllm.hotpate.ensembles import EnsembleKind
 from wasp_vllm.privacy.gaussian import epsilon_for_sigma
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -61,7 +63,7 @@ log = logging.getLogger("hotpate_coverage")
 RESULTS = Path(__file__).parent / "results"
 SHARED = (12, 47, 83)
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-KINDS = ("coordinated", "independent")
+KINDS: tuple[EnsembleKind, ...] = ("coordinated", "independent")
 PROMPT = "Here are some numbers: {numbers}.\nOne number picked at random from this list: "
 
 
@@ -128,7 +130,7 @@ def teacher_outcomes(model: str, n: int, rng: np.random.Generator) -> Outcomes:
 
 
 def draw_histograms(
-    probs: np.ndarray, kind: str, draws: int, seed: int
+    probs: np.ndarray, kind: EnsembleKind, draws: int, seed: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """``draws`` independent draws of the ensemble (sparse histograms)."""
     prepared, rng = PreparedEnsemble(probs, kind), np.random.default_rng(seed)
@@ -276,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "hotpate_coverage")
     args = parser.parse_args(argv)
-    meta = {
+    meta: dict[str, Any] = {
         "command": report.command(__file__, sys.argv[1:] if argv is None else argv),
         "machine": report.machine(),
     }

@@ -144,7 +144,8 @@ def _decide(caller: _Caller, draws: list[float], retries: int, rng: np.random.Ge
 
 def simulate(walks: list[dict[str, Any]], sc: Scenario, seed: int = 0) -> Outcome:
     """One simulated run of ``sc`` over the measured walks (one per label, in label order)."""
-    rng, out, shared = np.random.default_rng(seed), Outcome(), {}
+    rng, out = np.random.default_rng(seed), Outcome()
+    shared: dict[str, Any] = {}
     quotas = [sc.records // len(walks) + (1 if i < sc.records % len(walks) else 0) for i in range(len(walks))]
     for walk, quota in zip(walks, quotas, strict=True):
         caller, positions, pos = _Caller(sc, quota, shared), walk["fractions"], 0

@@ -73,7 +73,10 @@ def reference_round(
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
+    # PreTrainedModel.to is decorated with functools.wraps(torch.nn.Module.to); typeshed's _Wrapped is no
+    # descriptor, so mypy sees an unbound method and takes `device` for `self`.
+    model = model.to(device).eval()  # type: ignore[arg-type]
     torch.manual_seed(seed)
     tokens = 0
     for start in range(0, len(prompts), batch_size):

@@ -213,6 +213,7 @@ def plot_junk(rounds: dict, reference: dict, path: Path, method: str = "wasp") -
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7.0, 4.0))
     for i, (task, per) in enumerate(rounds.items()):
@@ -225,7 +226,9 @@ def plot_junk(rounds: dict, reference: dict, path: Path, method: str = "wasp") -
         if reference.get(task) is not None:
             ax.axhline(reference[task], color=color, linestyle=":", alpha=0.6)
     ax.set_xlabel("round")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    locator = ax.xaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # the default AutoLocator is one
+        locator.set_params(integer=True)
     ax.set_ylabel("share with ≥ 2 emoji / # / @")
     ax.set_title("WASP samples per round (dotted: the real records)")
     ax.grid(alpha=0.3)

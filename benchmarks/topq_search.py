@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +121,12 @@ def methods(gpu: bool) -> dict[str, Callable[..., Any]]:
     out: dict[str, Callable[..., Any]] = {
         FAISS: lambda *a: search.topq_near_far(*a, use_gpu=False),
         "numpy brute force": numpy_topq,
-        "torch brute force": lambda *a: torch_topq(*a, device="cpu"),
+        "torch brute force": partial(torch_topq, device="cpu"),
     }
     if gpu and search.gpu_available():
         out["faiss GPU (topq_near_far)"] = lambda *a: search.topq_near_far(*a, use_gpu=True)
     if gpu:
-        out["torch brute force (cuda)"] = lambda *a: torch_topq(*a, device="cuda")
+        out["torch brute force (cuda)"] = partial(torch_topq, device="cuda")
     return out
 
 

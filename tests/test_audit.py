@@ -193,8 +193,8 @@ def _replace_instance(rng: np.random.Generator, seed: int) -> tuple[Voters, Vote
     for b in range(BLOCKS):
         while True:
             texts = [f"block {b} record {i} {rng.integers(10**9)}" for i in range(PRIVATE + 1)]
-            small = PrivateSet(texts[:-1], [0] * PRIVATE, ["a", "b"])
-            large = PrivateSet(texts, [0] * PRIVATE + [1], ["a", "b"])
+            small = PrivateSet(texts[:-1], np.array([0] * PRIVATE), ["a", "b"])
+            large = PrivateSet(texts, np.array([0] * PRIVATE + [1]), ["a", "b"])
             before, after = (draw_records(d, PRIVATE, seed) for d in (small, large))
             if texts[-1] in after.texts:  # the canary is drawn: one record out, the canary in
                 break
@@ -233,7 +233,7 @@ def _user_instance(rng: np.random.Generator, k: int, seed: int) -> tuple[Voters,
         point = rng.normal(size=DIM) * 3
         embedding.update({t: rng.normal(size=DIM) for t in others} | dict.fromkeys(user, point))
         users = np.array([f"o{i}" for i in range(PRIVATE)] + ["canary"] * (2 * k))
-        full = PrivateSet(others + user, [0] * (PRIVATE + 2 * k), ["a"], users=users)
+        full = PrivateSet(others + user, np.array([0] * (PRIVATE + 2 * k)), ["a"], users=users)
         kept_with.append(draw_records(full, None, seed, cap=k))
         kept_without.append(draw_records(full.subset(np.arange(PRIVATE)), None, seed, cap=k))
 
@@ -278,7 +278,7 @@ class _CutSecret(RunSecret):
             def normal(self, loc, scale, size):
                 return real.normal(loc, scale / cut, size)
 
-        return Cut()  # type: ignore[return-value]
+        return Cut()
 
 
 def _prior_audit(neighbour_labels: tuple[np.ndarray, np.ndarray], plan: PrivacyPlan, n_labels: int,

@@ -47,9 +47,9 @@ def _worst_replace_pair(s: HotPateSettings) -> tuple[VoteHistogram, VoteHistogra
     rng = np.random.default_rng(0)
     n = s.teachers_per_label(1)
     texts = [f"record {i}" for i in range(s.requested_m or 0)]
-    before = draw_records(PrivateSet(texts, [0] * len(texts), ["good"]), s.requested_m, s.seed)
+    before = draw_records(PrivateSet(texts, np.array([0] * len(texts)), ["good"]), s.requested_m, s.seed)
     for attempt in range(1000):
-        extra = PrivateSet([*texts, f"new record {attempt}"], [0] * (len(texts) + 1), ["good"])
+        extra = PrivateSet([*texts, f"new record {attempt}"], np.array([0] * (len(texts) + 1)), ["good"])
         after = draw_records(extra, s.requested_m, s.seed)
         *p0, public = build_teacher_prompts(before.texts, n, "good", s.seed)
         p1 = build_teacher_prompts(after.texts, n, "good", s.seed)[:-1]
@@ -80,7 +80,7 @@ def _ledger_audit(s: HotPateSettings):
         captured.append(real(hist, sigma, rng))
         return captured[-1]
 
-    aggregators.noisy_histogram = capture  # type: ignore[assignment]
+    aggregators.noisy_histogram = capture
     try:
         # The ledger's decisions are public (sigma, sensitivity): as many releases as it allows.
         step = s.make_step(s.teachers_per_label(1), VOCAB, 1)
@@ -100,7 +100,7 @@ def _ledger_audit(s: HotPateSettings):
                 scores[trial] = (np.sum(captured, axis=0) - releases * pair[0].dense()) @ v
             sides.append(scores)
     finally:
-        aggregators.noisy_histogram = real  # type: ignore[assignment]
+        aggregators.noisy_histogram = real
     return gdp_audit(sides[1], sides[0], mu_for_epsilon(claim, s.delta))
 
 

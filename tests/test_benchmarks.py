@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -123,8 +124,12 @@ def test_brute_forces_agree_with_the_exact_search() -> None:
 def test_interleave_rotates_the_order() -> None:
     calls: list[str] = []
 
-    def variant(key: str):
-        return lambda: calls.append(key) or 10
+    def variant(key: str) -> Callable[[], int]:
+        def run() -> int:
+            calls.append(key)
+            return 10
+
+        return run
 
     runs = gen_workload.interleave({k: variant(k) for k in "abc"}, reps=3, label="t", sync=False)
     assert calls == list("abcbcacab")

@@ -14,6 +14,7 @@ import json
 import random
 import secrets
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,8 +39,10 @@ from wasp_vllm.pipeline.backends import Backends
 from wasp_vllm.privacy.audit import one_run_epsilon_lower_bound, one_run_p_value
 
 LABELS = ["positive", "neutral", "negative"]
-SETTINGS = dict(plms=["a"], task="drugs", n=96, rounds=2, q=2, s=2, private_limit=None, epsilon=0.5,
-                label_check="off", quality_gate=False, label_prior="uniform")  # fmt: skip
+SETTINGS: dict[str, Any] = dict(
+    plms=["a"], task="drugs", n=96, rounds=2, q=2, s=2, private_limit=None, epsilon=0.5, label_check="off",
+    quality_gate=False, label_prior="uniform",
+)  # fmt: skip
 
 
 def test_the_one_run_bound():

@@ -8,6 +8,7 @@ import enum
 import pytest
 import typer.main
 from pydantic import BaseModel
+from typer.core import TyperArgument, TyperGroup, TyperOption
 from typer.testing import CliRunner
 
 from wasp_vllm.cli import app
@@ -15,9 +16,11 @@ from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation.settings import EvalSettings
 
 
-def _options(command: str = "generate") -> dict[str, object]:
-    found = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
-    return {p.name: p for p in found.params}
+def _options(command: str = "generate") -> dict[str, TyperOption | TyperArgument]:
+    group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)  # the app has several commands
+    # every parameter of a Typer command is a TyperOption or a TyperArgument (the ones with help)
+    return {p.name: p for p in group.commands[command].params if isinstance(p, TyperOption | TyperArgument)}
 
 
 @pytest.mark.parametrize(
@@ -28,8 +31,11 @@ def test_every_settings_field_is_an_option_with_its_help_and_default(command, mo
     for name, field in model.model_fields.items():
         assert name in options, f"setting {name} has no command-line option"
         option = options[name]
+        assert option.help is not None, f"option {name} has no help"
         assert field.description and field.description.split(".")[0] in option.help
-        flag = (field.json_schema_extra or {}).get("flag") or "--" + name.replace("_", "-")
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        flag = extra.get("flag") or "--" + name.replace("_", "-")
+        assert isinstance(flag, str), name
         assert flag.split("/")[0] in option.opts, name
         if field.is_required():
             assert option.required, name

@@ -342,7 +342,7 @@ def test_the_noise_comes_from_its_own_stream_not_the_public_randomness():
     probs = np.full((8, 16), 1 / 16)
     agg = HomogeneousAggregator(sigma=3.0, threshold=0.0)  # every release returns its noisy argmax
 
-    def tokens(noise_seed: int) -> list[int]:
+    def tokens(noise_seed: int) -> list[int | None]:
         sel = PrivateTokenSelector(
             agg, rng=np.random.default_rng(0), noise_rng=np.random.default_rng(noise_seed)
         )

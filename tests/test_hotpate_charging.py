@@ -181,7 +181,7 @@ def test_target_charging_noise_comes_from_the_secret_stream():
     probs = np.tile(np.eye(4)[0], (100, 1))
     probs[:60] = np.eye(4)[1]  # 60 of 100 on token 1: borderline for T = 60
 
-    def tokens(noise_seed: int) -> list[int | None]:
+    def tokens(noise_seed: int) -> list[str]:
         step = ChargedStep(BoundaryNoisyArgMax(2.0, 10.0))
         sel = PrivateTokenSelector(step, max_retries=0, rng=np.random.default_rng(0),
                                    noise_rng=np.random.default_rng(noise_seed))  # fmt: skip
@@ -220,8 +220,8 @@ def _selector_audit(scale: float, claimed_scale: float, trials: int = 6000) -> t
         probs = np.tile(np.eye(8)[0], (n, 1))
         probs[:on_token] = np.eye(8)[1]
         step = _CountingStep(BoundaryNoisyArgMax(scale, margin, gamma=0.5))
-        rngs = {"rng": np.random.default_rng([5, seed]), "noise_rng": np.random.default_rng([6, seed])}
-        sel = PrivateTokenSelector(step, fallback=lambda p, t, r: 0, **rngs)
+        rng, noise_rng = np.random.default_rng([5, seed]), np.random.default_rng([6, seed])
+        sel = PrivateTokenSelector(step, fallback=lambda p, t, r: 0, rng=rng, noise_rng=noise_rng)
         scores = []
         for _ in range(trials):
             hits = step.hits

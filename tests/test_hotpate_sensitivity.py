@@ -36,7 +36,9 @@ def _file(rng: np.random.Generator, n: int) -> PrivateSet:
 
 def _neighbour(rng: np.random.Generator, data: PrivateSet) -> tuple[PrivateSet, PrivateSet]:
     """``data`` and ``data`` with one record more (of a random label): the file-level relation."""
-    extra = PrivateSet([f"new record {rng.integers(10**9)}"], [int(rng.integers(len(LABELS)))], list(LABELS))
+    extra = PrivateSet(
+        [f"new record {rng.integers(10**9)}"], np.array([rng.integers(len(LABELS))]), list(LABELS)
+    )
     both = PrivateSet(data.texts + extra.texts, np.append(data.labels, extra.labels), list(LABELS))
     return data, both
 

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.mutation
 class Mutant:
     why: str
     file: str
-    edits: tuple[tuple[str, str], ...]  # (old, new) in ``file``, or (other file, old, new)
+    # (old, new) in ``file``, or (other file, old, new)
+    edits: tuple[tuple[str, str] | tuple[str, str, str], ...]
     tests: tuple[str, ...]
 
 

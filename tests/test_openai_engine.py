@@ -49,7 +49,7 @@ class StandInEndpoint:
                     n = len(outer.requests)
                     outer._holding += 1
                     outer.peak = max(outer.peak, outer._holding)
-                released = []
+                released: list[int] = []
 
                 def release() -> None:
                     # before the first byte of the answer: the client may send its next request as

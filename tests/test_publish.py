@@ -13,6 +13,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -24,7 +25,7 @@ from tests.fakes import use_fake_backends
 from wasp_vllm.cli import app
 from wasp_vllm.publish import PublishError, publish_run, push_to_hub
 
-SMALL = dict(plms=["a", "b"], n=36, rounds=3, q=2, s=2)
+SMALL: dict[str, Any] = dict(plms=["a", "b"], n=36, rounds=3, q=2, s=2)
 SHAREABLE = {"synthetic.parquet", "manifest.json", "README.md"}
 
 

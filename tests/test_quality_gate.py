@@ -38,12 +38,19 @@ LABELS = {
 }
 
 
-def _check(text: str, label: str = "positive", prompt: str = DRUG_PROMPT, **kw: object) -> str | None:
+def _check(
+    text: str,
+    label: str = "positive",
+    prompt: str = DRUG_PROMPT,
+    *,
+    script: str | None = "latin",
+    language: str | None = "en",
+) -> str | None:
     phrases = LABELS.get(label, (label,))
     full_prompt = prompt.format(label=phrases[-1]) if "{label}" in prompt else prompt
-    kw.setdefault("script", "latin")
-    kw.setdefault("language", "en")
-    return check_sample(text, label_phrases=phrases, prompt=full_prompt, settings=SETTINGS, **kw)
+    return check_sample(
+        text, label_phrases=phrases, prompt=full_prompt, settings=SETTINGS, script=script, language=language
+    )
 
 
 # ----- samples that must pass ---------------------------------------------------------------------

@@ -253,7 +253,7 @@ def test_private_text_never_leaves_a_cli_run(tmp_path, monkeypatch):
     engines = use_fake_backends(monkeypatch)
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler.emit = records.append
     logging.getLogger("wasp_vllm").addHandler(handler)
     try:
         out = tmp_path / "out"
@@ -356,7 +356,9 @@ def test_fingerprint_of_the_private_data_is_keyed_and_stays_with_the_operator(tm
     def fingerprint(private: Path, out: str) -> str:
         manifest = run_in_process(RunConfig(**settings(private)), tmp_path / out)
         assert "fingerprint" not in json.dumps(manifest).replace(str(tmp_path), "")
-        return RunStore(tmp_path / out).load_state().data_fingerprint
+        state = RunStore(tmp_path / out).load_state()
+        assert state is not None
+        return state.data_fingerprint
 
     first, second = fingerprint(base, "r1"), fingerprint(base, "r2")
     assert first == second and first.startswith("hmac-sha256:")  # the owner compares two runs

@@ -14,6 +14,7 @@ import re
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,13 +33,13 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 
 
-def make_run(tmp: Path, n: int = 60, rounds: int = 3, **kw) -> tuple[Path, Path, list[str]]:
+def make_run(tmp: Path, n: int = 60, rounds: int = 3, **kw: Any) -> tuple[Path, Path, list[str]]:
     """A finished run on the fake engine: (run directory, private CSV, the private texts)."""
     texts = private_texts(45, seed=5)
     private = tmp / "private.csv"
     private.write_text("text,label\n" + "".join(f"{t},{LABELS[i % 3]}\n" for i, t in enumerate(texts)))
-    settings = dict(plms=["a", "b"], task="drugs", private=str(private), n=n, rounds=rounds, q=2, s=2,
-                    concurrent=False) | kw  # fmt: skip
+    settings: dict[str, Any] = dict(plms=["a", "b"], task="drugs", private=str(private), n=n, rounds=rounds,
+                                    q=2, s=2, concurrent=False) | kw  # fmt: skip
     engines: dict[str, FakeEngineForUnitTests] = {}
 
     def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:

@@ -17,7 +17,8 @@ from wasp_vllm.privacy.voting import clean_histograms
 def _records(n: int, seed: int = 0) -> list[bytes]:
     rng = np.random.default_rng(seed)
     return [
-        record_bytes([f"text {i} {rng.integers(1e9)}", ["a", "b", "c"][i % 3], None, None]) for i in range(n)
+        record_bytes([f"text {i} {rng.integers(10**9)}", ["a", "b", "c"][i % 3], None, None])
+        for i in range(n)
     ]
 
 

