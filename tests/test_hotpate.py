@@ -401,7 +401,8 @@ class _RecordingLLMForTests:
     def generate(self, requests, params, use_tqdm=False):
         self.requests += list(requests)
         logprob = types.SimpleNamespace(rank=1, logprob=0.0)
-        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(logprobs=[{3: logprob}])])] * len(requests)
+        answer = types.SimpleNamespace(outputs=[types.SimpleNamespace(logprobs=[{3: logprob}])])
+        return [answer] * len(requests)
 
 
 def test_vllm_sources_never_share_prefix_cache_blocks():

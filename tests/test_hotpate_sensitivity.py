@@ -87,7 +87,7 @@ def _settings(accounting: str, neighbour: str, k: int = 1) -> HotPateSettings:
     # replace = an --m draw from a larger file (the CLI always draws); add/remove = every record votes
     return HotPateSettings(
         n_samples=4, epsilon=4.0, delta=1e-5, accounting=accounting,  # type: ignore[arg-type]
-        neighbour=neighbour, requested_m=24, records_per_teacher=k,  # type: ignore[arg-type]
+        neighbour=neighbour, requested_m=24, records_per_teacher=k,
     )  # fmt: skip
 
 
