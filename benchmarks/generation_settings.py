@@ -78,7 +78,13 @@ def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, emb
     scored = EvalSettings(test="drugs", task="drugs", private="drugs", seed=rep, private_limit=100)
     ev = evaluate_synthetic(out / "synthetic.parquet", scored, embedder=embedder)
     tokens = sum(manifest["tokens"].values())
-    return {"setting": name, "rep": rep, "gen_s": gen_s, "tokens": tokens, "fid": ev["operator_only"]["fid"]}
+    return {
+        "setting": name,
+        "rep": rep,
+        "gen_s": gen_s,
+        "tokens": tokens,
+        "fid": ev.operator.fid if ev.operator else None,
+    }
 
 
 def render(payload: dict) -> str:

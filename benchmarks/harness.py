@@ -287,13 +287,6 @@ def run_or_fail(
     return record | {"reused": reused}
 
 
-def label_agreement_of(ev: dict[str, Any]) -> dict[str, Any] | None:
-    """The label agreement of an ``evaluate_synthetic`` result: published when the reference was
-    declared public, else in the operator's section (the benchmark is the operator)."""
-    found = ev.get("label_agreement") or (ev.get("operator_only") or {}).get("label_agreement")
-    return found if isinstance(found, dict) else None
-
-
 def eval_settings(data: Data, method: Method, seed: int) -> Any:
     """How a benchmark run is scored: on ``data.scored``, FID against the M records the run drew
     (the same seed draws the same records), label agreement against ``fit``."""
@@ -307,8 +300,8 @@ def _only_private(method: Method, seed: int, data: Data, embedder: Any, start: f
     from wasp_vllm.evaluation import evaluate_private_only
 
     ev = evaluate_private_only(eval_settings(data, method, seed), embedder=embedder)
-    return {"accuracy": ev["accuracy"], "macro_f1": ev["macro_f1"], "fid": None, "fid_per_round": None,
-            "n_private": ev["n_private"], "gen_s": 0.0,
+    return {"accuracy": ev.accuracy, "macro_f1": ev.macro_f1, "fid": None, "fid_per_round": None,
+            "n_private": ev.n_private, "gen_s": 0.0,
             "eval_s": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
@@ -336,20 +329,21 @@ def run_one(
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup
     ev = evaluate_synthetic(out / "synthetic.parquet", eval_settings(data, method, seed), embedder=embedder)
-    operator = ev["operator_only"]  # FID against the raw private records: the benchmark's own figures
-    agreement = label_agreement_of(ev) or {}
+    operator = ev.operator  # FID against the raw private records: the benchmark's own figures
+    assert operator is not None
+    agreement = ev.any_label_agreement()
     record.update(
-        accuracy=ev["accuracy"],
-        macro_f1=ev["macro_f1"],
-        label_agreement=agreement.get("overall"),
-        label_agreement_per_label=agreement.get("per_label"),
+        accuracy=ev.accuracy,
+        macro_f1=ev.macro_f1,
+        label_agreement=None if agreement is None else agreement.overall,
+        label_agreement_per_label=None if agreement is None else agreement.per_label,
         rejects=manifest_rejects(manifest),
-        fid=operator["fid"],
-        fid_per_round={str(k): v for k, v in (operator["fid_per_round"] or {}).items()},
-        n_synthetic=ev["n_synthetic"],
-        n_private=operator["n_private"],
-        label_balance=ev["label_balance"],
-        per_plm_counts=ev["per_plm_counts"],
+        fid=operator.fid,
+        fid_per_round={str(k): v for k, v in (operator.fid_per_round or {}).items()},
+        n_synthetic=ev.counts.n_synthetic,
+        n_private=operator.n_private,
+        label_balance=ev.counts.label_balance,
+        per_plm_counts=ev.counts.per_plm_counts,
         gen_s=round(gen_s, 2),
         eval_s=round(time.perf_counter() - start - startup - gen_s, 2),
         engine_startup_s=round(startup, 2),

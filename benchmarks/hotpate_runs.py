@@ -2,7 +2,7 @@
 
 ``run_all`` runs ``wasp-vllm hotpate --n 50 --epsilon 4`` (the packaged data, M = 600) under each
 accounting, reads the published manifest, and scores the records with
-``evaluate_synthetic(path, "drugs", "drugs", reference="drugs:fit", private_source="drugs")``
+``evaluate_synthetic(path, EvalSettings(test="drugs", private="drugs", reference="drugs:fit"))``
 (accuracy and macro-F1 of a task model trained on them, label agreement, FID against the M
 private records - an operator-only figure, fine here because the "private" set is public data).
 """
@@ -45,15 +45,12 @@ def _evaluate(path: str, m: int) -> dict[str, Any]:
 
     scored = EvalSettings(test="drugs", task="drugs", private="drugs", private_limit=m, reference="drugs:fit")
     rep = evaluate_synthetic(path, scored)
-    fid = rep.get("fid", rep.get("operator_only", {}).get("fid"))
-    agreement = rep.get("label_agreement")
-    if isinstance(agreement, dict):  # the overall share; per label it is in the run's own report
-        agreement = agreement.get("overall")
+    agreement = rep.any_label_agreement()  # the overall share; per label it is in the run's own report
     return {
-        "accuracy": rep.get("accuracy"),
-        "macro_f1": rep.get("macro_f1"),
-        "label_agreement": agreement,
-        "fid": fid,
+        "accuracy": rep.accuracy,
+        "macro_f1": rep.macro_f1,
+        "label_agreement": None if agreement is None else agreement.overall,
+        "fid": None if rep.operator is None else rep.operator.fid,
     }
 
 

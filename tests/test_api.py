@@ -36,9 +36,7 @@ def test_a_data_frame_in_a_data_frame_out(tmp_path):
     )
     df = result.to_pandas()
     assert len(df) == 36 and set(df["label"]) == set(LABELS) and "embedding" not in df
-    assert (
-        result.privacy["ledger"]["compositions"] == 3 and result.manifest["output"]["rows"] == 36
-    )  # 2 votes, 1 prior
+    assert result.privacy.compositions == 3 and result.manifest["output"]["rows"] == 36  # 2 votes, 1 prior
     assert result.manifest["config"]["private"] == "<in-memory>"  # no path, no record of the data
     assert [p.name for p in result.shareable] == ["synthetic.parquet", "manifest.json", "README.md"]
     assert result.to_pandas(embeddings=True)["embedding"].map(len).eq(64).all()
@@ -83,4 +81,38 @@ def test_the_readme_example_runs(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the documented example itself
     assert len(namespace["synthetic"]) == namespace["result"].manifest["config"]["n"]
-    assert 0.0 <= namespace["report"]["macro_f1"] <= 1.0
+    assert 0.0 <= namespace["report"].macro_f1 <= 1.0
+
+
+def test_privacy_spent_reads_every_manifest_shape():
+    """The typed account of what a run spent, from the golden manifests (votes only; a method that
+    never votes; votes beside a label-prior release)."""
+    import json
+    from pathlib import Path
+
+    from wasp_vllm.api import PrivacySpent
+
+    golden = Path(__file__).parent / "golden"
+    wasp = PrivacySpent.from_manifest(json.loads((golden / "wasp.manifest.json").read_text()))
+    assert wasp.compositions == len(wasp.sigmas) == 2 and wasp.sigma == wasp.sigmas[0] > 0
+    assert wasp.epsilon_spent <= wasp.epsilon_budget == 4.0 and wasp.neighbour == "add_remove"
+    fusegen = PrivacySpent.from_manifest(json.loads((golden / "fusegen.manifest.json").read_text()))
+    assert fusegen.compositions == 0 and fusegen.sigma is None and fusegen.sensitivities == ()
+    mixed = {
+        "privacy": {
+            "guarantee": "g",
+            "epsilon_void": False,
+            "ledger": {
+                "epsilon_budget": 4.0,
+                "epsilon_spent_exact": 4.0,
+                "delta": 1e-5,
+                "sigmas": [5.0, 2.0, 2.0],
+                "sensitivity": [1.41, 2.31],
+                "mode": "exact",
+                "neighbour": "add_remove",
+                "compositions": 3,
+            },
+        }
+    }
+    spent = PrivacySpent.from_manifest(mixed)
+    assert spent.sigma is None and spent.sigmas == (5.0, 2.0, 2.0) and spent.sensitivities == (1.41, 2.31)

@@ -368,8 +368,11 @@ def test_evaluate_synthetic_end_to_end(imdb_files):
     enc = imdb_files["embedder"]
     calls = enc.calls
     scored = EvalSettings(test=imdb_files["test"], task="imdb", private=imdb_files["private"])
-    result = evaluate_synthetic(imdb_files["synthetic"], scored, embedder=enc)
+    scores = evaluate_synthetic(imdb_files["synthetic"], scored, embedder=enc)
+    result = scores.to_json()
     json.dumps(result)
+    assert scores.accuracy == result["accuracy"] and scores.counts.n_synthetic == 60
+    assert "operator_only" not in scores.published() and scores.published()["accuracy"] == scores.accuracy
     assert result["n_synthetic"] == 60 and result["n_rows"] == 62
     assert (result["n_dropped_null_text"], result["n_dropped_unknown_label"]) == (1, 1)
     assert result["reused_stored_embeddings"] is True
@@ -389,7 +392,7 @@ def test_evaluate_synthetic_re_embeds_when_stored_dimension_differs(imdb_files):
     table = {t: np.concatenate([v, v]) for t, v in imdb_files["embedder"].table.items()}  # 16-d
     enc = LookupEmbedderDouble(table)
     scored = EvalSettings(test=imdb_files["test"], task="imdb")
-    result = evaluate_synthetic(imdb_files["synthetic"], scored, embedder=enc)
+    result = evaluate_synthetic(imdb_files["synthetic"], scored, embedder=enc).to_json()
     assert result["reused_stored_embeddings"] is False and "operator_only" not in result
     assert enc.calls == 2  # synthetic and test sets
     assert result["accuracy"] > 0.95
@@ -408,7 +411,7 @@ def test_evaluate_synthetic_rejects_a_file_without_usable_rows(tmp_path, imdb_fi
 
 def test_evaluate_private_only_baseline(imdb_files):
     scored = EvalSettings(test=imdb_files["test"], task="imdb", private=imdb_files["private"])
-    result = evaluate_private_only(scored, embedder=imdb_files["embedder"])
+    result = evaluate_private_only(scored, embedder=imdb_files["embedder"]).to_json()
     json.dumps(result)
     assert result["kind"] == "only_private" and result["differentially_private"] is False
     assert result["n_private"] == 24 and result["accuracy"] > 0.95
@@ -478,5 +481,6 @@ def test_a_bert_task_model_still_gets_the_label_agreement_of_a_reference(tmp_pat
                           bert_path=str(_tiny_bert_dir(tmp_path / "tiny-bert")))  # fmt: skip
     settings = BertSettings(epochs=1, batch_size=8, device="cpu")
     result = evaluate_synthetic(imdb_files["synthetic"], scored, bert_settings=settings)
-    assert result["model"] == "bert" and made == ["auto"]
-    assert 0.0 <= result["operator_only"]["label_agreement"]["overall"] <= 1.0
+    assert result.model == "bert" and made == ["auto"]
+    assert result.operator is not None and result.operator.label_agreement is not None
+    assert 0.0 <= result.operator.label_agreement.overall <= 1.0

@@ -158,7 +158,7 @@ def test_the_final_vote_writes_weights_that_evaluate_uses(tmp_path):
     report = evaluate_synthetic(
         tmp_path / "out" / "synthetic.parquet", scored, embedder=HashEmbedderForTests()
     )
-    assert report["trained_on_weights"]
+    assert report.trained_on_weights
 
 
 def test_short_prompts_come_from_the_task_file(tmp_path):
@@ -178,7 +178,7 @@ def test_label_agreement_with_a_reference_set(tmp_path):
     run(tmp_path)
     private = str(tmp_path / "p.csv")
     synthetic, scored = tmp_path / "out" / "synthetic.parquet", EvalSettings(test=private, reference=private)
-    report = evaluate_synthetic(synthetic, scored, embedder=HashEmbedderForTests())
+    report = evaluate_synthetic(synthetic, scored, embedder=HashEmbedderForTests()).to_json()
     # The reference may hold private records (here it is the private file): the figure, an
     # un-noised statistic of it, is the operator's unless the reference is declared public.
     assert "label_agreement" not in report
@@ -186,7 +186,7 @@ def test_label_agreement_with_a_reference_set(tmp_path):
     assert 0.0 <= agreement["overall"] <= 1.0 and agreement["n"] == 90
     assert set(agreement["per_label"]) == set(LABELS) and agreement["reference_public"] is False
     declared = scored.model_copy(update={"reference_public": True})
-    public = evaluate_synthetic(synthetic, declared, embedder=HashEmbedderForTests())
+    public = evaluate_synthetic(synthetic, declared, embedder=HashEmbedderForTests()).to_json()
     assert public["label_agreement"]["overall"] == agreement["overall"] and "operator_only" not in public
     with pytest.raises(ValueError, match="overlaps the private set"):  # declared public, yet private
         with_private = declared.model_copy(update={"private": private})

@@ -7,8 +7,8 @@
     result = wasp_vllm.generate(df, task="drugs", text_col="review", label_col="rating",
                                 plms=["smollm2", "gemma3"], n=300, epsilon=4.0, out="runs/nb")
     synthetic = result.to_pandas()          # text, label, plm, round, ...
-    result.privacy["ledger"]["epsilon_spent"]
-    report = wasp_vllm.evaluate(result, test="drugs", task="drugs")
+    result.privacy.epsilon_spent, result.privacy.sigma
+    report = wasp_vllm.evaluate(result, test="drugs", task="drugs")   # report.accuracy, .macro_f1
 
 ``private`` may be a file path, a built-in set name (``"drugs"``), a pandas DataFrame, a list of
 records (dicts), an Arrow table or a Hugging Face ``datasets.Dataset``.  In-memory data never
@@ -31,12 +31,47 @@ from wasp_vllm.config import ConfigError, RunConfig, build_config, build_setting
 from wasp_vllm.pipeline.store import PUBLISHED, RunStore
 
 if TYPE_CHECKING:
+    from wasp_vllm.evaluation.results import SyntheticScores
     from wasp_vllm.pipeline.estimate import RunPlan
 
 log = logging.getLogger(__name__)
 
 #: How an in-memory private set is named in the run's (published) settings.
 IN_MEMORY = "<in-memory>"
+
+
+@dataclass(frozen=True)
+class PrivacySpent:
+    """What a run spent, as its manifest states it: (epsilon, delta), sigma, sensitivity, accountant."""
+
+    guarantee: str  # one sentence; says VOID when the noise came from a public --noise-seed
+    epsilon_void: bool
+    epsilon_budget: float
+    epsilon_spent: float  # by the exact accountant (the paper's formula's figure is in the manifest)
+    delta: float
+    sigmas: tuple[float, ...]  # one per release (label histogram, votes), in release order
+    sensitivities: tuple[float, ...]  # the distinct L2 sensitivities of the releases
+    accountant: str
+    neighbour: str  # of the releases ("" when there was none)
+    compositions: int
+
+    @property
+    def sigma(self) -> float | None:
+        """The noise of the releases when they all share one sigma (the votes without a label prior)."""
+        return self.sigmas[0] if len(set(self.sigmas)) == 1 else None
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> PrivacySpent:
+        privacy, ledger = manifest["privacy"], manifest["privacy"]["ledger"]
+        sensitivity, neighbour = ledger["sensitivity"], ledger["neighbour"]  # one value, or a list of them
+        neighbour = ", ".join(neighbour) if isinstance(neighbour, list) else neighbour
+        return cls(
+            guarantee=privacy["guarantee"], epsilon_void=privacy["epsilon_void"],
+            epsilon_budget=ledger["epsilon_budget"], epsilon_spent=ledger["epsilon_spent_exact"],
+            delta=ledger["delta"], sigmas=tuple(ledger["sigmas"]),
+            sensitivities=tuple(sensitivity if isinstance(sensitivity, list) else [sensitivity]),
+            accountant=ledger["mode"], neighbour=neighbour, compositions=ledger["compositions"],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -47,9 +82,9 @@ class RunResult:
     manifest: dict[str, Any]
 
     @property
-    def privacy(self) -> dict[str, Any]:
+    def privacy(self) -> PrivacySpent:
         """What the run spent: (epsilon, delta), sigma, sensitivity, accountant, neighbourhood."""
-        return dict(self.manifest["privacy"])
+        return PrivacySpent.from_manifest(self.manifest)
 
     @property
     def synthetic_path(self) -> Path:
@@ -207,7 +242,7 @@ def evaluate(
     private: Any = None,
     embedder: Any = None,
     **settings: Any,
-) -> dict[str, Any]:
+) -> SyntheticScores:
     """Train a task model on the synthetic set and score it on real test data (see ``evaluate``).
 
     ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,6 +14,9 @@ from wasp_vllm.cli.app import app, console, friendly_errors, setup_logging
 from wasp_vllm.cli.options import settings_command
 from wasp_vllm.config import build_settings
 from wasp_vllm.evaluation.settings import EvalSettings
+
+if TYPE_CHECKING:
+    from wasp_vllm.evaluation.results import SyntheticScores
 
 
 @app.command()
@@ -320,19 +323,17 @@ def fleet_down(directory: FleetDir = DEFAULT_FLEET_DIR, ray_address: RayAddress 
     console.print(f"deleted Ray Serve application {name!r}" if name else f"no fleet recorded in {directory}")
 
 
-def _print_report(report: dict[str, Any], out: Path | None) -> None:
+def _print_report(report: SyntheticScores, out: Path | None) -> None:
     """What is printed may be pasted anywhere: the report without its operator_only section, which
     goes only into ``out`` (a file only its owner may read)."""
-    from wasp_vllm.evaluation.common import OPERATOR_ONLY
     from wasp_vllm.pipeline.store import write_private_json
 
     if out is not None:
-        write_private_json(out, report)
-    shown = {k: v for k, v in report.items() if k != OPERATOR_ONLY}
-    if OPERATOR_ONLY in report:
+        write_private_json(out, report.to_json())
+    if report.operator is not None:
         where = f"in {out}" if out is not None else "not shown: pass --out FILE to keep them"
         console.print(f"operator-only figures (FID against the private records, ...) {where}", markup=False)
-    typer.echo(json.dumps(shown, indent=2, default=str))
+    typer.echo(json.dumps(report.published(), indent=2, default=str))
 
 
 def _echo_json(report: dict[str, Any], out: Path | None) -> None:

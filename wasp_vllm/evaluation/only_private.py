@@ -6,11 +6,10 @@ this module returns is computed on the raw private records, so all of it is the 
 
 from __future__ import annotations
 
-from typing import Any
-
 from wasp_vllm.evaluation.classifier import BertSettings, TextEncoder, train_and_score
-from wasp_vllm.evaluation.common import OPERATOR_NOTE, EvaluationError
+from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import label_balance
+from wasp_vllm.evaluation.results import PrivateOnlyScores
 from wasp_vllm.evaluation.settings import EvalSettings, TaskModel
 
 
@@ -25,7 +24,7 @@ def evaluate_private_only(
     *,
     embedder: TextEncoder | None = None,
     bert_settings: BertSettings | None = None,
-) -> dict[str, Any]:
+) -> PrivateOnlyScores:
     """The OnlyPrivate baseline: the task model trained on the private records alone (no DP):
     ``settings.private`` drawn as a generation run draws it (``private_limit``, ``seed``).
 
@@ -49,17 +48,8 @@ def evaluate_private_only(
         private.texts, private.labels, test.texts, test.labels, task.labels, model=settings.model,
         embedder=enc, seed=settings.seed, bert_path=settings.bert_path, bert_settings=bert_settings,
     )  # fmt: skip
-    return {
-        "kind": "only_private",
-        "differentially_private": False,
-        "note": OPERATOR_NOTE,
-        "task": task.name,
-        "model": str(settings.model),
-        "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
-        "seed": settings.seed,
-        "n_private": len(private),
-        "label_balance": label_balance(private.labels, task.labels),
-        "accuracy": report.accuracy,
-        "macro_f1": report.macro_f1,
-        "classifier": report.to_dict(),
-    }
+    return PrivateOnlyScores(
+        task=task.name, model=str(settings.model),
+        embedder=None if enc is None else str(getattr(enc, "name", type(enc).__name__)), seed=settings.seed,
+        n_private=len(private), label_balance=label_balance(private.labels, task.labels), classifier=report,
+    )  # fmt: skip

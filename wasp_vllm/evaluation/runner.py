@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.evaluation.classifier import BertSettings, TextEncoder, label_agreement, train_and_score
-from wasp_vllm.evaluation.common import OPERATOR_NOTE, OPERATOR_ONLY, EvaluationError
+from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
+from wasp_vllm.evaluation.results import LabelAgreement, OperatorFigures, SyntheticCounts, SyntheticScores
 from wasp_vllm.evaluation.settings import EvalSettings, TaskModel
 
 log = logging.getLogger(__name__)
@@ -170,17 +171,16 @@ def evaluate_synthetic(
     *,
     embedder: TextEncoder | None = None,
     bert_settings: BertSettings | None = None,
-) -> dict[str, Any]:
+) -> SyntheticScores:
     """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
 
     ``settings.reference`` (a labelled set, never the test split) adds the label agreement: the
     share of synthetic samples whose label a classifier trained on it gives too.  A classifier
     trained on the reference is an un-noised statistic of its records, so the figure goes into the
-    ``operator_only`` section unless ``reference_public`` declares that the reference holds no
-    private record (then it is published as ``label_agreement``).  FID (the operator's figure)
-    only with ``settings.private``, drawn as the generation run drew it (``private_limit``,
-    ``seed``).  ``embedder`` overrides ``settings.embedder`` with a ready encoder.  Returns a
-    JSON-serialisable dict.
+    operator's section unless ``reference_public`` declares that the reference holds no private
+    record (then it is published as ``label_agreement``).  FID (the operator's figure) only with
+    ``settings.private``, drawn as the generation run drew it (``private_limit``, ``seed``).
+    ``embedder`` overrides ``settings.embedder`` with a ready encoder.
     """
     from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
@@ -200,69 +200,51 @@ def evaluate_synthetic(
         seed=settings.seed, bert_path=settings.bert_path, bert_settings=bert_settings,
         train_embeddings=synth_emb if settings.model == TaskModel.LOGREG else None, train_weights=weights,
     )  # fmt: skip
-    result = _summary(synthetic_path, settings, enc, reused, synth, report, task.labels)
+    public, operator = None, None
     if enc is not None and synth_emb is not None:
-        result |= _against_real_records(synth, synth_emb, enc, task, settings)
-    result["trained_on_weights"] = bool(settings.use_weights and synth.weights is not None)
+        public, operator = _against_real_records(synth, synth_emb, enc, task, settings)
     log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
-    return result
-
-
-def _summary(
-    synthetic_path: str | os.PathLike[str],
-    settings: EvalSettings,
-    enc: TextEncoder | None,
-    reused: bool,
-    synth: SyntheticSet,
-    report: Any,
-    label_names: list[str],
-) -> dict[str, Any]:
-    """The report's head: what was scored, with what, and the task model's scores."""
-    return {
-        "kind": "synthetic",
-        "synthetic_path": str(Path(synthetic_path)),
-        "task": settings.task,
-        "model": str(settings.model),
-        "embedder": None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
-        "reused_stored_embeddings": reused,
-        "seed": settings.seed,
-        **_describe_synthetic(synth, label_names),
-        "accuracy": report.accuracy,
-        "macro_f1": report.macro_f1,
-        "classifier": report.to_dict(),
-        "fid_method": settings.fid_method,
-    }
+    return SyntheticScores(
+        synthetic_path=str(Path(synthetic_path)), task=settings.task, model=str(settings.model),
+        embedder=None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
+        reused_stored_embeddings=reused, seed=settings.seed, counts=_describe_synthetic(synth, task.labels),
+        classifier=report, fid_method=settings.fid_method,
+        trained_on_weights=bool(settings.use_weights and synth.weights is not None),
+        label_agreement=public, operator=operator,
+    )  # fmt: skip
 
 
 def _against_real_records(
     synth: SyntheticSet, synth_emb: np.ndarray, enc: TextEncoder, task: Any, settings: EvalSettings
-) -> dict[str, Any]:
-    """FID against the private records (operator only) and label agreement against the reference
-    (operator only unless declared public)."""
+) -> tuple[LabelAgreement | None, OperatorFigures | None]:
+    """The label agreement against the reference (published only when declared public) and the
+    operator's figures: FID against the private records, a private reference's agreement."""
     from wasp_vllm.data.records import load_private
 
-    figures: dict[str, Any] = {}
     columns = (settings.text_col, settings.label_col)
     reference, public = settings.reference, settings.reference_public
     if reference is not None:  # before any work: a contradiction is the user's mistake
         _check_declared_public(reference, public, settings.private)
+    fid_figures: dict[str, Any] = {}
     if settings.private is not None:
         records = load_private(
             settings.private, task, *columns, limit=settings.private_limit, seed=settings.seed
         )
         private_emb = enc.encode(records.texts)
-        figures[OPERATOR_ONLY] = _operator_figures(synth, synth_emb, private_emb, settings.fid_method)
+        fid_figures = _fid_figures(synth, synth_emb, private_emb, settings.fid_method)
+    agreement = None
     if reference is not None:
         ref = load_private(reference, task, *columns)
-        agreement = label_agreement(
+        shares = label_agreement(
             synth_emb, synth.labels, enc.encode(ref.texts), ref.labels, task.labels, settings.seed
         )
-        agreement |= {"reference": str(reference), "reference_public": public}
-        if public:
-            figures["label_agreement"] = agreement
-        else:  # possibly private records: an un-noised statistic of them stays with the operator
-            figures.setdefault(OPERATOR_ONLY, {"note": OPERATOR_NOTE})["label_agreement"] = agreement
-    return figures
+        agreement = LabelAgreement(**shares, reference=str(reference), reference_public=public)
+    if public and agreement is not None:
+        return agreement, (OperatorFigures(**fid_figures) if fid_figures else None)
+    # possibly private records: an un-noised statistic of them stays with the operator
+    if not fid_figures and agreement is None:
+        return None, None
+    return None, OperatorFigures(**fid_figures, label_agreement=agreement)
 
 
 def _check_declared_public(reference: str, public: bool, private: str | None) -> None:
@@ -286,20 +268,20 @@ def _overlap(a: str, b: str) -> bool:
     return len(splits) == 1 or ("train" in splits and "test" not in splits)  # train = fit + validation
 
 
-def _describe_synthetic(synth: SyntheticSet, label_names: list[str]) -> dict[str, Any]:
+def _describe_synthetic(synth: SyntheticSet, label_names: list[str]) -> SyntheticCounts:
     """Counts of the synthetic set (public: the synthetic set is)."""
-    return {
-        "n_synthetic": len(synth.texts),
-        "n_rows": synth.n_rows,
-        "n_dropped_null_text": synth.n_dropped_null_text,
-        "n_dropped_unknown_label": synth.n_dropped_unknown_label,
-        "label_balance": label_balance(synth.labels, label_names),
-        "per_plm_counts": _counts(synth.plms),
-        "per_round_counts": _counts(synth.rounds),
-    }
+    return SyntheticCounts(
+        n_synthetic=len(synth.texts),
+        n_rows=synth.n_rows,
+        n_dropped_null_text=synth.n_dropped_null_text,
+        n_dropped_unknown_label=synth.n_dropped_unknown_label,
+        label_balance=label_balance(synth.labels, label_names),
+        per_plm_counts=_counts(synth.plms),
+        per_round_counts=_counts(synth.rounds),
+    )
 
 
-def _operator_figures(
+def _fid_figures(
     synth: SyntheticSet, synth_emb: np.ndarray, private_emb: Any, fid_method: str
 ) -> dict[str, Any]:
     """FID of the synthetic set against the raw private records: outside the DP accounting."""
@@ -308,7 +290,6 @@ def _operator_figures(
     if synth.rounds is not None:
         per_round = fid_per_round(synth_emb, synth.rounds, private_emb, method=fid_method)
     return {
-        "note": OPERATOR_NOTE,
         "fid": fid(synth_emb, private_emb, method=fid_method),
         "fid_per_round": per_round,
         "n_private": len(private_emb),
