@@ -297,7 +297,12 @@ MUTANTS = {
     "fid-not-marked-operator-only": Mutant(
         "evaluate's FID against the raw private set is reported as a publishable figure",
         "wasp_vllm/evaluation/results.py",
-        (("            out[OPERATOR_ONLY] = self.operator.to_json()", "            out |= self.operator.to_json()"),),
+        (
+            (
+                "            out[OPERATOR_ONLY] = self.operator.to_json()",
+                "            out |= self.operator.to_json()",
+            ),
+        ),
         ("tests/test_evaluate.py::test_evaluate_synthetic_end_to_end",),
     ),
 }
