@@ -65,8 +65,22 @@ class SyntheticCounts:
     per_round_counts: dict[str, int] | None
 
 
+class _Scored:
+    """A report whose task model's scores are its ``classifier``'s."""
+
+    classifier: EvalReport
+
+    @property
+    def accuracy(self) -> float:
+        return self.classifier.accuracy
+
+    @property
+    def macro_f1(self) -> float:
+        return self.classifier.macro_f1
+
+
 @dataclass(frozen=True)
-class SyntheticScores:
+class SyntheticScores(_Scored):
     """The report of ``evaluate``: a task model trained on the synthetic set, scored on real data."""
 
     synthetic_path: str
@@ -81,14 +95,6 @@ class SyntheticScores:
     trained_on_weights: bool
     label_agreement: LabelAgreement | None = None  # of a reference declared public
     operator: OperatorFigures | None = None
-
-    @property
-    def accuracy(self) -> float:
-        return self.classifier.accuracy
-
-    @property
-    def macro_f1(self) -> float:
-        return self.classifier.macro_f1
 
     def any_label_agreement(self) -> LabelAgreement | None:
         """The label agreement, published or the operator's (for the operator: a benchmark)."""
@@ -116,7 +122,7 @@ class SyntheticScores:
 
 
 @dataclass(frozen=True)
-class PrivateOnlyScores:
+class PrivateOnlyScores(_Scored):
     """The OnlyPrivate baseline: the task model trained on the private records (no DP at all)."""
 
     task: str
@@ -126,14 +132,6 @@ class PrivateOnlyScores:
     n_private: int
     label_balance: dict[str, int]
     classifier: EvalReport
-
-    @property
-    def accuracy(self) -> float:
-        return self.classifier.accuracy
-
-    @property
-    def macro_f1(self) -> float:
-        return self.classifier.macro_f1
 
     def to_json(self) -> JSON:
         return {"kind": "only_private", "differentially_private": False, "note": OPERATOR_NOTE,
