@@ -115,3 +115,21 @@ def test_removing_a_heavy_user_moves_the_real_votes_by_at_most_the_sensitivity(t
 
     (a, plan), (b, _) = votes(full), votes(without)
     assert 0 < np.linalg.norm(a - b) <= plan.sensitivity * (1 + 1e-12)
+
+
+def test_the_later_prompt_is_resolved_in_the_settings_and_used_by_the_loop(tmp_path, private_csv, embedder):
+    from wasp_vllm.config import ConfigError, RunConfig, build_settings
+    from wasp_vllm.strategies import AUTO_LATER_PROMPT
+
+    assert (
+        RunConfig().later_prompt == AUTO_LATER_PROMPT.value
+    )  # 'auto' is resolved: the manifest says what ran
+    assert RunConfig(strategy="wasp-no-contrast").later_prompt == "few_shot"  # the ablation keeps its own
+    assert RunConfig(strategy="fusegen").later_prompt == "zero_shot"
+    with pytest.raises(ConfigError, match="aug-pe always uses few_shot"):
+        build_settings(RunConfig, {"strategy": "aug-pe", "plms": ["a"], "later_prompt": "contrastive"})
+    for later in ("few_shot", "contrastive"):
+        out = tmp_path / later
+        manifest = run(make_cfg(private_csv, later_prompt=later), out, embedder)
+        assert manifest["config"]["later_prompt"] == later
+        assert kinds_by_round(out)[2] == {later}  # the last round, once the votes filled the pools

@@ -100,6 +100,12 @@ class RunConfig(BaseModel):
         "prefix cache reuses them (0 = a fresh draw per prompt).", METHOD, ge=0,
     )  # fmt: skip
     min_plm_share: int = setting(0, "Floor on each PLM's per-round quota.", METHOD, ge=0)
+    later_prompt: Literal["auto", "contrastive", "few_shot", "zero_shot"] = setting(
+        "auto", "WASP's prompt after round 0: 'contrastive' (the paper: good and bad examples of the "
+        "label), 'few_shot' (the good examples only), 'zero_shot' (none: the votes only move the "
+        "PLMs' shares), or 'auto' (the method's own; for WASP the choice measured on the validation "
+        "splits of every built-in task).", METHOD,
+    )  # fmt: skip
     prompt_style: Literal["paper", "short"] = setting(
         "paper",
         "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs).",
@@ -207,6 +213,20 @@ class RunConfig(BaseModel):
         central = data.get("parties") is None  # parties' labels are never pooled in one place
         private = votes and central and accountant == "exact"
         return {**data, "label_prior": "private" if private else "uniform"}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_later_prompt(cls, data: Any) -> Any:
+        """'auto' becomes the method's prompt here, so the manifest and resume see what ran."""
+        if not isinstance(data, dict):
+            return data
+        strategy = data.get("strategy", cls.model_fields["strategy"].default)
+        if strategy not in STRATEGIES:
+            return data  # the field's own check names the unknown method
+        asked = data.get("later_prompt", "auto")
+        if asked not in ("auto", "contrastive", "few_shot", "zero_shot"):
+            return data  # the field's own check lists the choices
+        return {**data, "later_prompt": get_strategy(strategy).resolve_later_prompt(asked).value}
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

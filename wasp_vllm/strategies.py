@@ -9,7 +9,7 @@ which method it runs; adding a method is one entry in :data:`STRATEGIES`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -23,6 +23,11 @@ class PromptKind(StrEnum):
     ZERO_SHOT = "zero_shot"
     FEW_SHOT = "few_shot"
     CONTRASTIVE = "contrastive"
+
+
+#: What ``--later-prompt auto`` means for the WASP family (whose prompt after round 0 can be either):
+#: chosen on the validation splits of every built-in task (README, "Quality levers").
+AUTO_LATER_PROMPT = PromptKind.CONTRASTIVE
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,27 @@ class Strategy:
 
     def q(self, run_q: int) -> int:
         return self.top_q if self.top_q is not None else run_q
+
+    @property
+    def chooses_later_prompt(self) -> bool:
+        """Whether the run chooses this method's prompt after round 0 (``--later-prompt``): WASP and
+        its ablations, whose pools hold S good and S bad examples of each label."""
+        return self.votes and self.few_shot_examples is None and self.later_prompt is not PromptKind.ZERO_SHOT
+
+    def resolve_later_prompt(self, asked: str) -> PromptKind:
+        """``--later-prompt``'s value for this method: 'auto' is the method's own choice (for WASP,
+        :data:`AUTO_LATER_PROMPT` unless the method is the few-shot ablation)."""
+        if asked == "auto":
+            own_choice = self.chooses_later_prompt and self.later_prompt is PromptKind.CONTRASTIVE
+            return AUTO_LATER_PROMPT if own_choice else self.later_prompt
+        kind = PromptKind(asked)
+        if kind is not self.later_prompt and not self.chooses_later_prompt:
+            raise ValueError(f"{self.name} always uses {self.later_prompt.value} prompts after round 0")
+        return kind
+
+    def with_later_prompt(self, kind: str) -> Strategy:
+        """This method with the run's (resolved) prompt after round 0."""
+        return replace(self, later_prompt=PromptKind(kind))
 
     def prompt_kind(self, round_index: int, has_pool: bool) -> PromptKind:
         """Zero-shot until the votes have filled this label's pool, then the method's prompt."""

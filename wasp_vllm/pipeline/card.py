@@ -209,6 +209,19 @@ def card_for_run(
     counted = Counter(final.column("label").to_pylist())
     counts = {label: counted.get(label, 0) for label in (task.labels if task else [])}
     counts |= {label: n for label, n in sorted(counted.items()) if label not in counts}
-    summary = get_strategy(str(manifest.get("config", {}).get("strategy", "wasp"))).summary
     language = task.language if task else None
-    return dataset_card(manifest, counts, language=language, license=license, strategy_summary=summary)
+    return dataset_card(
+        manifest, counts, language=language, license=license, strategy_summary=_method(manifest)
+    )
+
+
+def _method(manifest: Mapping[str, Any]) -> str:
+    """The method in a phrase, with the prompt after round 0 the run used when it is not the method's
+    own (WASP with few-shot prompts)."""
+    config = manifest.get("config", {})
+    strategy = get_strategy(str(config.get("strategy", "wasp")))
+    later = config.get("later_prompt")
+    if not strategy.chooses_later_prompt or later in (None, strategy.later_prompt.value):
+        return strategy.summary
+    prompts = "few-shot prompts from the good pool" if later == "few_shot" else "contrastive prompts"
+    return f"{strategy.summary}; this run: {prompts} after round 0"

@@ -37,7 +37,7 @@ def prepare(
     that a wrong name fails before any engine starts; callers with their own engines skip it.
     """
     task = get_task(cfg.task)
-    strategy = get_strategy(cfg.strategy)
+    strategy = get_strategy(cfg.strategy).with_later_prompt(cfg.later_prompt)
     columns = (cfg.text_col, cfg.label_col, cfg.attribute_col, cfg.user_col)
     if private_table is not None:
         private = table_to_set(private_table, task, "the private data", *columns)
