@@ -215,7 +215,55 @@ def test_the_same_text_from_two_plms_is_kept_once(tmp_path, private_csv, embedde
     manifest = run(make_cfg(private_csv, max_attempts=1), tmp_path / "out", embedder, engines=engines)
     texts = pq.read_table(tmp_path / "out" / "synthetic.parquet").column("text").to_pylist()
     assert len(texts) == len(set(texts)) == 4
-    assert sum(r["missing"] for r in manifest["rounds"]) == 36 - 4  # no PLM could write anything new
+    # no PLM could write anything new: each round asks for what the earlier ones lacked, the last
+    # round's record says what the run lacks of N
+    assert [r["missing"] for r in manifest["rounds"]] == [12 - 4, 24 - 4, 36 - 4]
+    assert sum(r["quotas"]["a"] + r["quotas"]["b"] for r in manifest["rounds"][1:]) == 24 - 4 + 36 - 4
+
+
+def test_a_round_s_shortfall_is_made_up_by_the_next_round(tmp_path, private_csv, embedder):
+    """Round 0 can write only 8 of its 12 samples (rejects use up every retry); round 1 asks for
+    the 4 it lacked beside its own 12, and the run ends with exactly N rows."""
+
+    good_left = [8]  # usable answers round 0 gets, shared by the PLMs; junk after that
+
+    class ShortFirstRoundForUnitTests(FakeEngineForUnitTests):
+        """Answers junk (rejected) once round 0 had its 8 usable samples."""
+
+        def generate(self, prompts, seeds, params):
+            out = super().generate(prompts, seeds, params)
+            if not self.round_zero:
+                return out
+            kept = []
+            for completion in out:
+                kept.append(completion if good_left[0] > 0 else Completion("", 0))
+                good_left[0] -= 1
+            return kept
+
+    engines = {n: ShortFirstRoundForUnitTests(n) for n in ("a", "b")}
+    for engine in engines.values():
+        engine.round_zero = True
+    real_round = Run._round
+
+    def round_then_heal(self, t, state):
+        real_round(self, t, state)
+        for engine in engines.values():
+            engine.round_zero = False
+
+    import wasp_vllm.pipeline.loop as loop
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(loop.Run, "_round", round_then_heal)
+    try:
+        manifest = run(
+            make_cfg(private_csv, label_prior="uniform"), tmp_path / "out", embedder, engines=engines
+        )
+    finally:
+        monkeypatch.undo()
+    rounds = manifest["rounds"]
+    assert rounds[0]["missing"] == 4 and sum(rounds[1]["quotas"].values()) == 12 + 4
+    assert rounds[-1]["missing"] == 0
+    assert pq.read_table(tmp_path / "out" / "synthetic.parquet").num_rows == 36
 
 
 def test_rows_carry_the_run_s_plm_name_whatever_the_engine_calls_itself(tmp_path, private_csv, embedder):

@@ -137,7 +137,7 @@ def test_corrupted_checkpoints_are_detected(tmp_path):
     cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), noise_seed=None))
     out = tmp_path / "out"
     with pytest.raises(_Killed):  # killed in round 2: its noise key is still needed and kept
-        run_in_process(cfg, out, {"a": _DiesInRound(2, "a"), "b": FakeEngineForUnitTests("b")})
+        run_in_process(cfg, out, {"a": _DiesInRound(out, 2, "a"), "b": FakeEngineForUnitTests("b")})
     private = out / "private"
     key = private / "noise.key"
     checked = [
@@ -182,12 +182,15 @@ class _Killed(BaseException):
 
 
 class _DiesInRound(FakeEngineForUnitTests):
-    def __init__(self, round_index: int, name: str) -> None:
+    """Killed at its first call once the rounds before ``round_index`` are committed (a round may
+    take several calls: a reject is asked again)."""
+
+    def __init__(self, out: Path, round_index: int, name: str) -> None:
         super().__init__(name)
-        self.round_index = round_index
+        self.last_committed = out / "private" / "rounds" / f"round-{round_index - 1:03d}.parquet"
 
     def generate(self, prompts, seeds, params):
-        if self.calls >= self.round_index:  # one call per round
+        if self.last_committed.exists():
             raise _Killed
         return super().generate(prompts, seeds, params)
 

@@ -253,7 +253,10 @@ class RoundGeneration:
             extra = state.quotas(deficit, 0, among=delivering)
             shares = [Share(k, int(q), part) for k, q in enumerate(extra) if q > 0]
         if deficit > 0:
-            log.warning("round %d: %d of %d samples could not be written by any PLM", rin.t, deficit, total)
+            later = "the next round asks for them" if rin.t < rin.cfg.rounds - 1 else "the run ends short"
+            log.warning(
+                "round %d: %d of %d samples could not be written by any PLM; %s", rin.t, deficit, total, later
+            )
         return results
 
     def _run_shares(

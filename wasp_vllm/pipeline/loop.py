@@ -95,7 +95,7 @@ class Run:
         if self.progress is not None:
             self.progress.update(self._bar, description=f"round {t + 1}/{self.cfg.rounds}")
         weights_before = list(state.weights)
-        quotas = state.quotas(int(per_round_totals(self.cfg.n, self.cfg.rounds)[t]), self.cfg.min_plm_share)
+        quotas = state.quotas(self._round_target(t), self.cfg.min_plm_share)
         results = self._timed("generation", self.generation.run, self._inputs(t, state), quotas, state)
         new = self._embed(results)
         votes, last = None, t == self.cfg.rounds - 1
@@ -114,6 +114,12 @@ class Run:
         ))  # fmt: skip
 
     # -- the steps -------------------------------------------------------------------------
+
+    def _round_target(self, t: int) -> int:
+        """Samples this round writes: its share of N plus what earlier rounds could not write (a
+        run ends with exactly N rows unless even the last round cannot make the rest up)."""
+        due = int(per_round_totals(self.cfg.n, self.cfg.rounds)[: t + 1].sum())
+        return due - sum(table.num_rows for table in self.tables)
 
     def _inputs(self, t: int, state: RunState) -> RoundInputs:
         seen = frozenset(normalize_text(s) for tbl in self.tables for s in tbl.column("text").to_pylist())

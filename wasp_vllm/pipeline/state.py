@@ -39,7 +39,9 @@ class RoundRecord:
     tokens: dict[str, int]
     seconds: dict[str, float]
     engine_failures: dict[str, int]
-    #: Samples of the round no PLM could write (quotas minus rows): 0 unless engines failed for good.
+    #: Samples of the round no PLM could write (quotas minus rows): 0 unless engines failed for good
+    #: or rejects used up every retry.  The next round's quotas make them up, so the last round's
+    #: figure is what the run lacks of N.
     missing: int = 0
     #: Generated samples rejected, per PLM and reason (empty, duplicate, prompt_echo, the gate's).
     rejects: dict[str, dict[str, int]] = field(default_factory=dict)
