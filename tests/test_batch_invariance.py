@@ -106,6 +106,33 @@ def test_hot_pate_never_batches_the_public_prompt_with_teacher_prompts():
     assert calls and {len(c) for c in calls} == {1, 4}  # the public prompt alone; the 4 teachers
 
 
+def test_transformers_teachers_are_padded_to_a_length_from_public_settings(monkeypatch):
+    """The run's factory pads every teacher batch to one length computed before any private prompt."""
+    import wasp_vllm.hotpate.generate as generate
+    from wasp_vllm.hotpate.settings import HotPateSettings
+
+    lengths: list[tuple[list[str], int, int]] = []
+    built: list[int | None] = []
+    monkeypatch.setattr(generate, "load_lm", lambda *a: type("LM", (), {"name": "stub"})())
+
+    def public_pad_length(lm, skeletons, k, chars):
+        lengths.append((skeletons, k, chars))
+        return 321
+
+    monkeypatch.setattr(generate, "public_pad_length", public_pad_length)
+    monkeypatch.setattr(generate, "TeacherEnsembleLM", lambda lm, prompts, **kw: built.append(kw["pad_to"]))
+    run = HotPateSettings(
+        n_samples=4, epsilon=1.0, delta=1e-5, teachers=4, task="drugs", max_example_chars=120
+    )
+    factory, _ = generate._source_factory("hf", "smollm2", None, None, run, ["good", "bad"], 20)
+    factory(["private prompt one", "private prompt two"])
+    factory(["another label's prompts"])
+    assert built == [321, 321]
+    skeletons, k, chars = lengths[0]
+    assert len(lengths) == 1 and chars == 120 and k == run.examples_shown()
+    assert ['"good"' in skeletons[0], '"bad"' in skeletons[1]] == [True, True]
+
+
 @pytest.mark.slow
 def test_the_real_embedder_gives_each_record_the_same_bits_with_or_without_another(embedder):
     texts = [
@@ -140,3 +167,45 @@ def test_the_public_rows_distribution_does_not_depend_on_a_teacher_prompts_lengt
         return rows
 
     assert public_rows(short) == public_rows(long)
+
+
+@pytest.mark.slow
+def test_each_teachers_distribution_depends_on_its_own_prompt_alone():
+    """Teachers padded to the public length: a longer record in one teacher moves no other row's bits.
+
+    Padded to the batch's longest prompt instead (the bug planted once: ``pad_to=None``), the other
+    rows moved by about 1e-6 on this CPU.
+    """
+    import torch
+
+    from wasp_vllm.hotpate import load_lm
+    from wasp_vllm.hotpate.prompts import TEACHER_TEMPLATE, teacher_skeleton
+    from wasp_vllm.hotpate.teachers import (
+        TeacherEnsembleLM,
+        encode_prompts,
+        format_prompts,
+        public_pad_length,
+    )
+
+    lm = load_lm("smollm2", device="cpu", dtype=torch.float32)
+    task, chars = "patient review of a drug", 300
+    pad_to = public_pad_length(lm, [teacher_skeleton(task, "positive", 1)], 1, chars)
+    records = ["It helped.", "No effect at all for me.", "Fine, a bit of nausea."]
+    longer = [records[0] + " The headaches were gone after two weeks and stayed gone." * 5, *records[1:]]
+
+    def rows(texts: list[str]) -> tuple[np.ndarray, int]:
+        teachers = [TEACHER_TEMPLATE.format(task=task, label="positive", examples=f"1. {t}") for t in texts]
+        formatted = format_prompts(lm.tokenizer, teachers, lm.chat)
+        longest = max(map(len, encode_prompts(lm.tokenizer, formatted, lm.chat)))
+        ensemble = TeacherEnsembleLM(lm, teachers, pad_to=pad_to)
+        out = [ensemble.next_distributions()]
+        for token in ensemble.encode(' "It'):
+            ensemble.append(token)
+            out.append(ensemble.next_distributions())
+        return np.stack(out), longest
+
+    (short, short_longest), (long, long_longest) = rows(records), rows(longer)
+    assert long_longest > short_longest  # the longer record sets the batch's longest prompt
+    assert long_longest <= pad_to  # and the public length still holds it: nothing cut
+    assert short[:, 1:].tobytes() == long[:, 1:].tobytes()  # the other teachers, bitwise
+    assert short[:, 0].tobytes() != long[:, 0].tobytes()  # its own teacher did change

@@ -7,8 +7,9 @@ The run, label by label (each label's teachers hold only that label's records)::
     for each of the label's records (an empty one is generated again, up to max_attempts):
         reset every teacher to its prompt; append the public response prefix (an opening quote)
         repeat up to max_tokens times:
-            p = next-token distributions of all teachers (+ the public prompt, last row, from
-                forward passes of its own: it never shares a padded batch with a private prompt)
+            p = next-token distributions of all teachers (on transformers, one batch padded to a
+                public length, so each row depends on its own prompt alone; + the public prompt,
+                last row, from forward passes of its own)
             the selector: draw the ensemble, private call (if the accountant allows), retries;
             nothing came back / out of reach / budget spent -> the public prompt's own token
             end of sequence or a stop string -> stop; else append the token to every teacher
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from wasp_vllm.hotpate.prompts import build_teacher_prompts
+from wasp_vllm.hotpate.prompts import build_teacher_prompts, teacher_skeleton
 from wasp_vllm.hotpate.report import LabelRun, Tally, run_report
 from wasp_vllm.hotpate.selector import (
     Fallback,
@@ -49,7 +50,13 @@ from wasp_vllm.hotpate.selector import (
     sample_public,
 )
 from wasp_vllm.hotpate.settings import HotPateSettings, check_inputs
-from wasp_vllm.hotpate.teachers import DistributionSource, TeacherEnsembleLM, WithPublicRow, load_lm
+from wasp_vllm.hotpate.teachers import (
+    DistributionSource,
+    TeacherEnsembleLM,
+    WithPublicRow,
+    load_lm,
+    public_pad_length,
+)
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +183,13 @@ def _generate_label(label: _Label, s: HotPateSettings, plm: str, tally: Tally) -
 
 
 def _source_factory(
-    engine: str, model: str, device: str | None, dtype: Any, temperature: float, top_logprobs: int
+    engine: str,
+    model: str,
+    device: str | None,
+    dtype: Any,
+    run: HotPateSettings,
+    label_names: list[str],
+    top_logprobs: int,
 ) -> tuple[SourceFactory, str]:
     """Teachers on transformers (exact distributions, KV caches reused) or on vLLM (top-K + no-token)."""
     if engine == "vllm":
@@ -185,15 +198,17 @@ def _source_factory(
         llm = load_vllm(model)
 
         def vllm_factory(prompts: list[str]) -> DistributionSource:
-            return VLLMTeacherSource(llm, prompts, top_k=top_logprobs, temperature=temperature)
+            return VLLMTeacherSource(llm, prompts, top_k=top_logprobs, temperature=run.temperature)
 
         return vllm_factory, llm.name
     if engine != "hf":
         raise ValueError(f"engine must be 'hf' or 'vllm', got {engine!r}")
     lm = load_lm(model, device, dtype)
+    skeletons = [teacher_skeleton(run.task, name, run.examples_shown()) for name in label_names]
+    pad_to = public_pad_length(lm, skeletons, run.examples_shown(), run.max_example_chars)
 
     def hf_factory(prompts: list[str]) -> DistributionSource:
-        return TeacherEnsembleLM(lm, prompts, temperature=temperature)
+        return TeacherEnsembleLM(lm, prompts, temperature=run.temperature, pad_to=pad_to)
 
     return hf_factory, lm.name
 
@@ -232,7 +247,7 @@ def run_hotpate(
         engine = "vllm" if gpu_available() else "hf"
     plm, used = model, "custom" if source_factory is not None else engine
     if source_factory is None:
-        source_factory, plm = _source_factory(engine, model, device, dtype, run.temperature, top_logprobs)
+        source_factory, plm = _source_factory(engine, model, device, dtype, run, label_names, top_logprobs)
     table, report = generate_hotpate(
         private_texts, private_labels, label_names, source_factory, run, plm, fallback, noise_rng
     )

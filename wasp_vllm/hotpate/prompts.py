@@ -18,6 +18,9 @@ TEACHER_TEMPLATE = (
     "Reply with the text only."
 )
 PUBLIC_TEMPLATE = 'Write one {task} with the label "{label}". Reply with the text only.'
+#: Fewest characters per token assumed when a teacher prompt's padded length is fixed in advance
+#: (English runs near 4; a prompt that goes below 2 is cut from the left, see ``teachers.py``).
+CHARS_PER_TOKEN_FLOOR = 2
 #: What one record of a built-in task is, as the prompts name it ({task}); other tasks say "text".
 SUBJECTS = {
     "banking": "online banking customer query",
@@ -42,6 +45,12 @@ def _slot(text: str, seed: int, teachers: int) -> tuple[int, bytes]:
         text.encode("utf-8"), key=str(seed).encode("utf-8")[:64], digest_size=16
     ).digest()
     return int.from_bytes(digest[:8], "big") % teachers, digest
+
+
+def teacher_skeleton(task: str, label: str, examples_per_teacher: int) -> str:
+    """A teacher prompt with every example left empty: public, it gives the prompts' fixed part."""
+    examples = "\n".join(f"{i + 1}. " for i in range(examples_per_teacher))
+    return TEACHER_TEMPLATE.format(task=task, label=label, examples=examples)
 
 
 def _example(text: str, max_chars: int) -> str:

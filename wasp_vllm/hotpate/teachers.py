@@ -10,7 +10,14 @@ batch ``n`` per token.
 Padding: prompts are left-padded so that every row's last position is its last real token;
 position ids are counted over real tokens only (``cumsum(mask) - 1``), so a padded row sees
 exactly the positions it would see alone (this matters for models with absolute positions;
-for RoPE models it is a no-op up to rounding).
+for RoPE models it is a no-op up to rounding).  Padded to the batch's longest prompt, every row's
+numbers would follow that length in their last bits (the kernels' rounding follows the shapes):
+one private record could then move *another* teacher's distribution and flip a near-tie in its
+coordinated draw.  ``pad_to`` pads every row to a length fixed by public settings
+(:func:`public_pad_length`) instead; the batch's shape is then public and each row's numbers
+depend on its own prompt alone, bitwise.  A prompt longer than that (text of fewer than
+``CHARS_PER_TOKEN_FLOOR`` characters per token) loses its first tokens: a function of its own
+records still.
 
 Several records are generated from the same teacher prompts, so :meth:`TeacherEnsembleLM.reset`
 goes back to the state right after the prompts from a pristine copy of the prefill cache: the
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from wasp_vllm.engines.devices import torch_device
+from wasp_vllm.hotpate.prompts import CHARS_PER_TOKEN_FLOOR
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +183,18 @@ def format_prompts(tokenizer: Any, prompts: Sequence[str], chat: bool) -> list[s
     ]
 
 
+def public_pad_length(lm: LoadedLM, skeletons: Sequence[str], examples: int, max_example_chars: int) -> int:
+    """The padded length of a teacher batch, from public facts only.
+
+    ``skeletons``: the teacher prompts with empty examples (one per label, public); each of the
+    ``examples`` slots holds at most ``max_example_chars`` characters, counted at
+    ``CHARS_PER_TOKEN_FLOOR`` characters per token (plus two for the join).
+    """
+    formatted = format_prompts(lm.tokenizer, skeletons, lm.chat)
+    fixed = max(map(len, encode_prompts(lm.tokenizer, formatted, lm.chat)))
+    return fixed + examples * (math.ceil(max_example_chars / CHARS_PER_TOKEN_FLOOR) + 2)
+
+
 def encode_prompts(tokenizer: Any, texts: Sequence[str], chat: bool) -> list[list[int]]:
     """Token ids of formatted prompts: a chat template writes its special tokens, a plain prompt gets BOS."""
     return [list(tokenizer(t, add_special_tokens=not chat).input_ids) for t in texts]
@@ -196,6 +217,7 @@ class TeacherEnsembleLM:
         dtype: Any = None,
         temperature: float = 1.0,
         chat: bool | None = None,
+        pad_to: int | None = None,
     ) -> None:
         if not teacher_prompts:
             raise ValueError("TeacherEnsembleLM needs at least one prompt")
@@ -209,7 +231,7 @@ class TeacherEnsembleLM:
         generation_eos = getattr(self.lm.model.generation_config, "eos_token_id", None)
         self.stop_token_ids = stop_ids(self.lm.tokenizer, generation_eos)
         self.generated: list[int] = []
-        self._prefill(self._format(teacher_prompts))
+        self._prefill(self._format(teacher_prompts), pad_to)
 
     # -- prompts ------------------------------------------------------------------------------
 
@@ -217,18 +239,21 @@ class TeacherEnsembleLM:
         """Wrap each prompt as a user turn when the model is a chat model."""
         return format_prompts(self.lm.tokenizer, prompts, self.chat)
 
-    def _prefill(self, texts: list[str]) -> None:
+    def _prefill(self, texts: list[str], pad_to: int | None) -> None:
         """Encode every prompt once; keep a pristine copy of the cache for :meth:`reset`."""
         import torch
 
         tok = self.lm.tokenizer
-        side = tok.padding_side
-        tok.padding_side = "left"
+        sides = tok.padding_side, tok.truncation_side
+        tok.padding_side = tok.truncation_side = "left"
+        # A public length for rows that share a batch (see the module's docstring).
+        fixed = {"padding": "max_length", "max_length": pad_to, "truncation": True}
         try:
             # A chat template already writes the special tokens; a plain prompt needs BOS.
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=not self.chat)
+            enc = tok(texts, return_tensors="pt", add_special_tokens=not self.chat,
+                      **(fixed if pad_to is not None and len(texts) > 1 else {"padding": True}))  # fmt: skip
         finally:
-            tok.padding_side = side
+            tok.padding_side, tok.truncation_side = sides
         mask = enc.attention_mask.to(self.lm.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():

