@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import logging
 import os
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +36,28 @@ def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("vllm", "httpx", "sentence_transformers", "transformers", "faiss"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def workload_parser(doc: str | None, name: str) -> argparse.ArgumentParser:
+    """:func:`parser` plus the sizes of a generation workload: ``--prompts``, ``--new-tokens``, ``--reps``."""
+    p = parser(doc, name)
+    p.add_argument("--prompts", type=int, help="number of prompts (default: by mode)")
+    p.add_argument("--new-tokens", type=int, help="new tokens per prompt (default: by mode)")
+    p.add_argument("--reps", type=int, help="repetitions of each variant (default: by mode)")
+    return p
+
+
+def measure_or_load(
+    args: argparse.Namespace, argv: Sequence[str] | None, script: str, settings: Callable[[], Any],
+    measure: Callable[[Any], dict[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    """The saved payload of ``--from-json``, or a new one: ``settings()`` measured by ``measure``."""
+    import report
+
+    if args.from_json:
+        return dict(report.read_json(args.from_json))
+    setup_logging()
+    s = settings()
+    payload = report.start(script, sys.argv[1:] if argv is None else list(argv), dataclasses.asdict(s))
+    payload["results"] = measure(s)
+    return dict(report.finish(payload))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -200,28 +200,18 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = bench_cli.parser(__doc__, NAME)
-    p.add_argument("--prompts", type=int, help="number of prompts (default: by mode)")
-    p.add_argument("--new-tokens", type=int, help="new tokens per prompt (default: by mode)")
-    p.add_argument("--reps", type=int, help="repetitions of each variant (default: by mode)")
+    p = bench_cli.workload_parser(__doc__, NAME)
     p.add_argument("--unseeded", action="store_true", help="add the unseeded row (default on a GPU)")
     args = p.parse_args(argv)
-    if args.from_json:
-        payload = report.read_json(args.from_json)
-    else:
-        bench_cli.setup_logging()
+
+    def settings() -> Settings:
         from wasp_vllm.engines.devices import gpu_available
 
-        s = bench_cli.override(
-            make_settings(args.quick, gpu_available()),
-            n_prompts=args.prompts,
-            new_tokens=args.new_tokens,
-            reps=args.reps,
-            unseeded_row=args.unseeded or None,
-        )
-        payload = report.start(__file__, sys.argv[1:] if argv is None else argv, asdict(s))
-        payload["results"] = measure(s)
-        report.finish(payload)
+        return bench_cli.override(make_settings(args.quick, gpu_available()), n_prompts=args.prompts,
+                                  new_tokens=args.new_tokens, reps=args.reps,
+                                  unseeded_row=args.unseeded or None)  # fmt: skip
+
+    payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
     report.write_all(args.out, NAME, TITLE, payload, [table(payload)], plot)
     return 0
 

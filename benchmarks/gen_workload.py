@@ -205,3 +205,43 @@ def paired_ratios(runs: dict[str, list[dict]], key: str, base: str, field: str) 
     return [
         a[field] / b[field] for a, b in zip(runs[key], runs[base], strict=True) if b[field] and b[field] > 0
     ]
+
+
+# --- one engine against its served replicas (served.py, ray_served.py) ---------------------------
+
+
+def replica_summary(runs: dict[str, list[dict]], one_replica: str) -> dict[str, dict[str, float]]:
+    """Per variant: tokens/s (median, min, max, per CPU-second) and paired ratios against the
+    in-process engine and against ``one_replica``."""
+    import report  # the benchmarks' reporting helper, next to this file
+
+    out = {}
+    for key, rows in runs.items():
+        tps = [r["tps"] for r in rows]
+        out[key] = {
+            "median_tps": report.median(tps),
+            "min_tps": min(tps),
+            "max_tps": max(tps),
+            "median_tpcs": report.median([r["tokens_per_cpu_s"] for r in rows]),
+            "vs_in_process": report.median(paired_ratios(runs, key, "in_process", "tps")),
+            "vs_one_replica": report.median(paired_ratios(runs, key, one_replica, "tps")),
+        }
+    return out
+
+
+def replica_plot(runs: dict[str, list[dict]], path: Any, ticks: Sequence[str], title: str) -> None:
+    """Bars of each variant's median tokens/s, dots for its repetitions."""
+    import report
+
+    plt = report.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, key in enumerate(runs):
+        vals = [r["tps"] for r in runs[key]]
+        ax.bar(i, report.median(vals), color=["tab:blue", "tab:orange", "tab:green"][i], alpha=0.8)
+        ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
+    ax.set_xticks(range(len(runs)), list(ticks)[: len(runs)])
+    ax.set_ylabel("tokens/s (bars: median; dots: repetitions)")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -27,7 +27,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,17 +154,7 @@ def measure(s: Settings) -> dict[str, Any]:
 
 
 def summary(res: dict[str, Any]) -> dict[str, dict[str, float]]:
-    runs, out = res["runs"], {}
-    for key in runs:
-        tps = [r["tps"] for r in runs[key]]
-        out[key] = {
-            "median_tps": report.median(tps),
-            "min_tps": min(tps),
-            "max_tps": max(tps),
-            "vs_in_process": report.median(gw.paired_ratios(runs, key, "in_process", "tps")),
-            "vs_one_replica": report.median(gw.paired_ratios(runs, key, "ray_1", "tps")),
-        }
-    return out
+    return gw.replica_summary(res["runs"], "ray_1")
 
 
 def table(payload: dict[str, Any]) -> report.Table:
@@ -199,39 +189,21 @@ def table(payload: dict[str, Any]) -> report.Table:
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
-    plt = report.pyplot()
     runs, sm = payload["results"]["runs"], summary(payload["results"])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, key in enumerate(runs):
-        vals = [r["tps"] for r in runs[key]]
-        ax.bar(i, report.median(vals), color=["tab:blue", "tab:orange", "tab:green"][i], alpha=0.8)
-        ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
-    ax.set_xticks(
-        range(len(runs)), ["in-process", "Ray Serve\n1 replica", "Ray Serve\n2 replicas"][: len(runs)]
+    title = (
+        f"Ray/in-process {sm['ray_1']['vs_in_process']:.2f}, 2/1 replicas {sm['ray_2']['vs_one_replica']:.2f}"
     )
-    ax.set_ylabel("tokens/s (bars: median; dots: repetitions)")
-    ax.set_title(f"Ray/in-process {sm['ray_1']['vs_in_process']:.2f}, "
-                 f"2/1 replicas {sm['ray_2']['vs_one_replica']:.2f}")  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    gw.replica_plot(runs, path, ["in-process", "Ray Serve\n1 replica", "Ray Serve\n2 replicas"], title)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = bench_cli.parser(__doc__, NAME)
-    p.add_argument("--prompts", type=int, help="number of prompts (default: by mode)")
-    p.add_argument("--new-tokens", type=int, help="new tokens per prompt (default: 32)")
-    p.add_argument("--reps", type=int, help="repetitions of each variant (default: 5; --quick 3)")
-    args = p.parse_args(argv)
-    if args.from_json:
-        payload = report.read_json(args.from_json)
-    else:
-        bench_cli.setup_logging()
-        s = bench_cli.override(make_settings(args.quick), n_prompts=args.prompts, new_tokens=args.new_tokens,
-                               reps=args.reps)  # fmt: skip
-        payload = report.start(__file__, sys.argv[1:] if argv is None else argv, asdict(s))
-        payload["results"] = measure(s)
-        report.finish(payload)
+    args = bench_cli.workload_parser(__doc__, NAME).parse_args(argv)
+
+    def settings() -> Settings:
+        return bench_cli.override(make_settings(args.quick), n_prompts=args.prompts,
+                                  new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
+
+    payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
     report.write_all(args.out, NAME, TITLE, payload, [table(payload)], plot)
     return 0
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,18 +142,7 @@ def measure(s: Settings) -> dict[str, Any]:
 
 
 def summary(res: dict[str, Any]) -> dict[str, dict[str, float]]:
-    runs, out = res["runs"], {}
-    for key in runs:
-        tps = [r["tps"] for r in runs[key]]
-        out[key] = {
-            "median_tps": report.median(tps),
-            "min_tps": min(tps),
-            "max_tps": max(tps),
-            "median_tpcs": report.median([r["tokens_per_cpu_s"] for r in runs[key]]),
-            "vs_in_process": report.median(gw.paired_ratios(runs, key, "in_process", "tps")),
-            "vs_one_replica": report.median(gw.paired_ratios(runs, key, "served_1", "tps")),
-        }
-    return out
+    return gw.replica_summary(res["runs"], "served_1")
 
 
 def table(payload: dict[str, Any]) -> report.Table:
@@ -186,39 +175,24 @@ def table(payload: dict[str, Any]) -> report.Table:
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
-    plt = report.pyplot()
     runs, sm = payload["results"]["runs"], summary(payload["results"])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, key in enumerate(runs):
-        vals = [r["tps"] for r in runs[key]]
-        ax.bar(i, report.median(vals), color=["tab:blue", "tab:orange", "tab:green"][i], alpha=0.8)
-        ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
-    ax.set_xticks(range(len(runs)), ["in-process", "served\n1 replica", "served\n2 replicas"][: len(runs)])
-    ax.set_ylabel("tokens/s (bars: median; dots: repetitions)")
-    ax.set_title(f"served/in-process {sm['served_1']['vs_in_process']:.2f}, "
-                 f"2/1 replicas {sm['served_2']['vs_one_replica']:.2f}")  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = (
+        f"served/in-process {sm['served_1']['vs_in_process']:.2f}, "
+        f"2/1 replicas {sm['served_2']['vs_one_replica']:.2f}"
+    )
+    gw.replica_plot(runs, path, ["in-process", "served\n1 replica", "served\n2 replicas"], title)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = bench_cli.parser(__doc__, NAME)
-    p.add_argument("--prompts", type=int, help="number of prompts (default: by mode)")
-    p.add_argument("--new-tokens", type=int, help="new tokens per prompt (default: by mode)")
-    p.add_argument("--reps", type=int, help="repetitions of each variant (default: 5 on CPU)")
-    args = p.parse_args(argv)
-    if args.from_json:
-        payload = report.read_json(args.from_json)
-    else:
-        bench_cli.setup_logging()
+    args = bench_cli.workload_parser(__doc__, NAME).parse_args(argv)
+
+    def settings() -> Settings:
         from wasp_vllm.engines.devices import gpu_available
 
-        s = bench_cli.override(make_settings(args.quick, gpu_available()), n_prompts=args.prompts,
-                               new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
-        payload = report.start(__file__, sys.argv[1:] if argv is None else argv, asdict(s))
-        payload["results"] = measure(s)
-        report.finish(payload)
+        return bench_cli.override(make_settings(args.quick, gpu_available()), n_prompts=args.prompts,
+                                  new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
+
+    payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
     report.write_all(args.out, NAME, TITLE, payload, [table(payload)], plot)
     return 0
 
