@@ -221,7 +221,7 @@ def run_hotpate(
     model: str = "smollm2",
     device: str | None = None,
     dtype: Any = None,
-    engine: str = "hf",
+    engine: str = "auto",
     top_logprobs: int = 20,
     fallback: Fallback = sample_public,
     source_factory: SourceFactory | None = None,
