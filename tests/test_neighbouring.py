@@ -340,7 +340,8 @@ def test_hot_pate_with_its_private_step_doubled_publishes_the_same_bytes(tmp_pat
         return TokenDecision(int(np.argmax(public_probs)), "private", 1)
 
     monkeypatch.setattr(hotpate, "load_lm", lambda *a, **k: types.SimpleNamespace(name="stub-lm"))
-    monkeypatch.setattr(hotpate, "TeacherEnsembleLM", lambda lm, prompts, temperature: StubSource(prompts))
+    monkeypatch.setattr(hotpate, "public_pad_length", lambda *a: 64)
+    monkeypatch.setattr(hotpate, "TeacherEnsembleLM", lambda lm, prompts, **kw: StubSource(prompts))
     monkeypatch.setattr(PrivateTokenSelector, "select", select_double)
     records = rows()
     # enough teachers that one release at sensitivity 2 sqrt 2 fits (target charging needs many)
