@@ -293,3 +293,21 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+class KilledForTests(BaseException):
+    """Stands for SIGKILL: nothing in the pipeline may catch it."""
+
+
+class DiesInRoundForTests(FakeEngineForUnitTests):
+    """Killed at its first call once the rounds before ``round_index`` are committed (a round may
+    take several calls: a reject is asked again), whatever its prompts look like."""
+
+    def __init__(self, out: Path, round_index: int, name: str) -> None:
+        super().__init__(name)
+        self.last_committed = out / "private" / "rounds" / f"round-{round_index - 1:03d}.parquet"
+
+    def generate(self, prompts, seeds, params):
+        if self.last_committed.exists():
+            raise KilledForTests
+        return super().generate(prompts, seeds, params)

@@ -14,11 +14,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.fakes import WORDS, FakeEngineForUnitTests
+from tests.fakes import WORDS, DiesInRoundForTests, FakeEngineForUnitTests, KilledForTests
 from wasp_vllm.config import ConfigError, RunConfig
 from wasp_vllm.engines.base import Completion, GenerationParams
 from wasp_vllm.pipeline import PipelineError, Run, prepare
 from wasp_vllm.pipeline.store import CheckpointError
+from wasp_vllm.strategies import AUTO_LATER_PROMPT
 
 CANARY = "CANARY-7f3a9e-private"
 
@@ -72,7 +73,7 @@ def test_run_writes_parquet_and_manifest(tmp_path, private_csv, embedder):
     assert set(table.column("label").to_pylist()) == {"positive", "neutral", "negative"}
     assert len(set(table.column("text").to_pylist())) == 36  # no copies
     kinds = dict(zip(table.column("round").to_pylist(), table.column("prompt_kind").to_pylist(), strict=True))
-    assert kinds[0] == "zero_shot" and kinds[2] == "contrastive"
+    assert kinds[0] == "zero_shot" and kinds[2] == AUTO_LATER_PROMPT.value
     privacy = manifest["privacy"]
     assert privacy["plan"]["sigma"] > 0 and privacy["plan"]["sensitivity"] > 0
     assert privacy["ledger"]["epsilon_spent_exact"] <= 4.0 + 1e-9
@@ -95,17 +96,9 @@ def test_resume_continues_killed_run(tmp_path, private_csv, embedder):
     cfg = make_cfg(private_csv)
     full = run(cfg, tmp_path / "full", embedder)
 
-    class Killed(BaseException):
-        """Stands for SIGKILL: nothing in the pipeline may catch it."""
-
-    class DiesInRound2(FakeEngineForUnitTests):
-        def generate(self, prompts, seeds, params):
-            if any("good" in p.lower() for p in prompts) and self.calls >= 1:
-                raise Killed
-            return super().generate(prompts, seeds, params)
-
-    engines = {"a": DiesInRound2("a"), "b": FakeEngineForUnitTests("b")}
-    with pytest.raises(Killed):
+    killed = tmp_path / "killed"
+    engines = {"a": DiesInRoundForTests(killed, 2, "a"), "b": FakeEngineForUnitTests("b")}
+    with pytest.raises(KilledForTests):
         run(cfg, tmp_path / "killed", embedder, engines=engines)
     assert not (tmp_path / "killed" / "manifest.json").exists()
     resumed = run(cfg, tmp_path / "killed", embedder, resume=True)

@@ -33,6 +33,7 @@ import pytest
 
 from tests.ray_cluster import Cluster, processes
 from tests.recording_proxy import RecordingProxy
+from wasp_vllm.strategies import AUTO_LATER_PROMPT
 
 pytest.importorskip("ray.serve.llm")
 
@@ -136,7 +137,7 @@ def test_a_two_plm_run_writes_exactly_n_rows_and_no_private_text_reaches_a_deplo
         0,
         1,
     }
-    assert "contrastive" in {r["prompt_kind"] for r in rows if r["round"] == 1}
+    assert AUTO_LATER_PROMPT.value in {r["prompt_kind"] for r in rows if r["round"] == 1}
     bodies = [b for _, b, _ in proxy.requests]
     assert len(bodies) >= N and all(code == 200 for _, _, code in proxy.requests)
     assert {json.loads(b)["model"] for b in bodies} == {"smollm2", "gemma3"}

@@ -24,7 +24,14 @@ import pytest
 from typer.testing import CliRunner
 
 import wasp_vllm.pipeline.context
-from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
+from tests.fakes import (
+    WORDS,
+    DiesInRoundForTests,
+    FakeEngineForUnitTests,
+    HashEmbedderForTests,
+    KilledForTests,
+    use_fake_backends,
+)
 from tests.privacy_checks import assert_no_leak, files_of, leaks, private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.config import ConfigError, RunConfig
@@ -136,8 +143,8 @@ def test_corrupted_checkpoints_are_detected(tmp_path):
     """Checksums in state.json cover itself and every round file; a keyed check value the noise key."""
     cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), noise_seed=None))
     out = tmp_path / "out"
-    with pytest.raises(_Killed):  # killed in round 2: its noise key is still needed and kept
-        run_in_process(cfg, out, {"a": _DiesInRound(out, 2, "a"), "b": FakeEngineForUnitTests("b")})
+    with pytest.raises(KilledForTests):  # killed in round 2: its noise key is still needed and kept
+        run_in_process(cfg, out, {"a": DiesInRoundForTests(out, 2, "a"), "b": FakeEngineForUnitTests("b")})
     private = out / "private"
     key = private / "noise.key"
     checked = [
@@ -175,24 +182,6 @@ def test_corrupted_checkpoints_are_detected(tmp_path):
     key.chmod(0o600)
     run_in_process(cfg, out, resume=True)  # intact again: resumes
     assert not key.exists()  # and, finished, deletes the key
-
-
-class _Killed(BaseException):
-    """Stands for SIGKILL: nothing in the pipeline may catch it."""
-
-
-class _DiesInRound(FakeEngineForUnitTests):
-    """Killed at its first call once the rounds before ``round_index`` are committed (a round may
-    take several calls: a reject is asked again)."""
-
-    def __init__(self, out: Path, round_index: int, name: str) -> None:
-        super().__init__(name)
-        self.last_committed = out / "private" / "rounds" / f"round-{round_index - 1:03d}.parquet"
-
-    def generate(self, prompts, seeds, params):
-        if self.last_committed.exists():
-            raise _Killed
-        return super().generate(prompts, seeds, params)
 
 
 # --- failing engines -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.vllm_servers import group_members, start_server, stop_servers, wait_healthy
+from wasp_vllm.strategies import AUTO_LATER_PROMPT
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = ("--n", "24", "--rounds", "3", "--q", "2", "--s", "2", "--m", "30", "--max-new-tokens", "16",
@@ -95,11 +96,11 @@ def test_cli_run_with_a_served_plm_and_an_in_process_one(served, tmp_path):
     assert table.num_rows >= 20
     rows = table.to_pylist()
     assert {r["plm"] for r in rows} == {spec, "gemma3"}  # the run's own names, URL included
-    # Rounds 1-2: contrastive prompts, served too (a label whose pool the votes left empty stays
+    # Rounds 1-2: the voted prompts, served too (a label whose pool the votes left empty stays
     # zero-shot: with the private label prior a rare label gets few samples to vote on).
     later = [(r["plm"], r["prompt_kind"]) for r in rows if r["round"] > 0]
-    assert (spec, "contrastive") in later
-    assert {kind for _, kind in later} <= {"contrastive", "zero_shot"}
+    assert (spec, AUTO_LATER_PROMPT.value) in later
+    assert {kind for _, kind in later} <= {AUTO_LATER_PROMPT.value, "zero_shot"}
     kinds: dict[tuple[int, str], set[str]] = {}
     for r in rows:  # the pools are shared: one kind per round and label, whichever PLM served it
         kinds.setdefault((r["round"], r["label"]), set()).add(r["prompt_kind"])
