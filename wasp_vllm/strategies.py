@@ -108,13 +108,14 @@ STRATEGIES: dict[str, Strategy] = {
     for s in [
         Strategy(
             "wasp",
-            "WASP: contrastive prompts from the votes' good and bad pools; PLM weights follow the votes",
+            "WASP: in-context examples from the votes (few-shot by default; the paper's contrastive "
+            "good and bad pools with --later-prompt contrastive); PLM weights follow the votes",
             shares_draws=True,
             reweights=True,
         ),
         Strategy(
             "wasp-no-contrast",
-            "WASP ablation: few-shot prompts from the good pool only",
+            "WASP ablation: few-shot prompts from the good pool only, whatever --later-prompt says",
             later_prompt=PromptKind.FEW_SHOT,
             shares_draws=True,
             reweights=True,
