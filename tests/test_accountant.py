@@ -13,6 +13,7 @@ from wasp_vllm.privacy.accountant import (
     PaperAccountant,
     PrivacyBudgetExceeded,
     PrivacyLedger,
+    PrivacyUnit,
     paper_epsilon,
     paper_sigma,
     wasp_sensitivity,
@@ -41,7 +42,7 @@ def test_reference_table(eps, paper, add_remove, replace):
     assert round(calibrate_sigma(eps, 1e-5, wasp_sensitivity(8), 4), 3) == add_remove
     assert round(calibrate_sigma(eps, 1e-5, wasp_sensitivity(8, "replace"), 4), 3) == replace
     assert round(plan_privacy(eps, 1e-5, 5, 8).sigma, 3) == add_remove
-    assert round(plan_privacy(eps, 1e-5, 5, 8, neighbour="replace").sigma, 3) == replace
+    assert round(plan_privacy(eps, 1e-5, 5, 8, unit=PrivacyUnit("replace")).sigma, 3) == replace
     assert round(plan_privacy(eps, 1e-5, 5, 8, mode="paper").sigma, 3) == paper
 
 
@@ -243,9 +244,9 @@ def test_plan_exact_and_paper_report_both_epsilons():
 
 def test_plan_user_level_scales_noise():
     one = plan_privacy(2.0, 1e-5, 4, 8)
-    three = plan_privacy(2.0, 1e-5, 4, 8, records_per_unit=3)
+    three = plan_privacy(2.0, 1e-5, 4, 8, unit=PrivacyUnit(records_per_unit=3))
     assert three.sigma == pytest.approx(3 * one.sigma, rel=1e-12)
-    paper3 = plan_privacy(2.0, 1e-5, 4, 8, mode="paper", records_per_unit=3)
+    paper3 = plan_privacy(2.0, 1e-5, 4, 8, mode="paper", unit=PrivacyUnit(records_per_unit=3))
     assert paper3.sigma == pytest.approx(3 * paper_sigma(2.0, 1e-5, 4))
     assert paper3.epsilon_paper_claimed == pytest.approx(2.0)
 
@@ -256,11 +257,17 @@ def test_plan_single_round_needs_no_noise():
     assert plan.epsilon_exact_spent == 0.0 and plan.epsilon_paper_claimed == 0.0
 
 
-@pytest.mark.parametrize("kwargs", [dict(rounds=0), dict(mode="loose"), dict(q=0), dict(neighbour="x")])
+@pytest.mark.parametrize("kwargs", [dict(rounds=0), dict(mode="loose"), dict(q=0)])
 def test_plan_validation(kwargs):
     args = dict(epsilon=1.0, delta=1e-5, rounds=5, q=8) | kwargs
     with pytest.raises(ValueError):
         plan_privacy(**args)
+
+
+@pytest.mark.parametrize("kwargs", [dict(neighbour="x"), dict(records_per_unit=0)])
+def test_privacy_unit_validation(kwargs):
+    with pytest.raises(ValueError):
+        PrivacyUnit(**kwargs)
 
 
 # --- ledger -----------------------------------------------------------------------------------------
@@ -308,7 +315,7 @@ def test_paper_formula_that_under_noises_is_refused(epsilon, neighbour):
     sens = wasp_sensitivity(8, neighbour)
     assert epsilon_for_sigma(sigma, 1e-5, sens, 4) > epsilon  # it really under-noises
     with pytest.raises(PrivacyBudgetExceeded, match="under-noises"):
-        plan_privacy(epsilon, 1e-5, 5, 8, mode="paper", neighbour=neighbour)
+        plan_privacy(epsilon, 1e-5, 5, 8, mode="paper", unit=PrivacyUnit(neighbour))
     ledger = PrivacyLedger(epsilon=epsilon, delta=1e-5, accountant="paper")
     with pytest.raises(PrivacyBudgetExceeded, match="exact accountant"):
         for rnd in range(4):

@@ -30,7 +30,7 @@ import wasp_vllm.privacy.voting as voting
 from wasp_vllm.config import RunConfig
 from wasp_vllm.data.records import PrivateSet, draw_records
 from wasp_vllm.pipeline.context import privacy_plan
-from wasp_vllm.privacy.accountant import PrivacyLedger
+from wasp_vllm.privacy.accountant import PrivacyLedger, PrivacyUnit
 from wasp_vllm.privacy.audit import TradeoffAudit, clopper_pearson, gdp_audit
 from wasp_vllm.privacy.gaussian import mu_for_epsilon
 from wasp_vllm.privacy.mechanisms import CentralVoting, Voters, release_label_histogram
@@ -256,7 +256,7 @@ def test_user_level_runs_are_audited_at_k_records(monkeypatch):
     monkeypatch.setattr(
         "wasp_vllm.pipeline.context.plan_privacy",
         lambda *a, **kw: __import__("wasp_vllm.privacy.plan", fromlist=["x"]).plan_privacy(
-            *a, **{**kw, "records_per_unit": 1}
+            *a, **{**kw, "unit": PrivacyUnit(kw["unit"].neighbour, 1)}
         ),
     )
     assert privacy_plan(cfg).sigma < plan.sigma

@@ -30,6 +30,7 @@ from wasp_vllm.engines.base import Completion
 from wasp_vllm.ops.audit import (
     AUDIT_FILE,
     Canary,
+    CanaryDesign,
     audit,
     echo_scores,
     guess_membership,
@@ -116,7 +117,7 @@ def _records(n: int = 12) -> pd.DataFrame:
 
 def _fake_audit(out: Path):
     backends = Backends(lambda name, cfg: EchoEngineForUnitTests(name), HashEmbedderForTests())
-    return audit(_records(), out=out, canaries=64, text_col="review", label_col="rating", noise_seed=1,
+    return audit(_records(), out=out, text_col="review", label_col="rating", noise_seed=1,
                  backends=backends, **SETTINGS)  # fmt: skip
 
 
@@ -161,7 +162,7 @@ def _real_audit(out: Path):
     # 288 samples: each record is shown in about 12 prompts under the planted leak
     # epsilon 0.3: the leak gave 8-17 right guesses in five runs here, 6 of 6 already refute 0.43
     settings = {**SETTINGS, "plms": ["smollm2"], "max_new_tokens": 40, "n": 288, "epsilon": 0.3}
-    return audit(_records(), out=out, canaries=64, text_col="review", label_col="rating", **settings)
+    return audit(_records(), out=out, text_col="review", label_col="rating", **settings)
 
 
 @pytest.mark.slow
@@ -198,6 +199,6 @@ def test_the_audit_runs_at_user_level(tmp_path):
     records = _records(30).assign(user=[f"u{i % 10}" for i in range(30)])
     backends = Backends(lambda name, cfg: EchoEngineForUnitTests(name), HashEmbedderForTests())
     settings = {**SETTINGS, "privacy_unit": "user", "user_col": "user", "max_records_per_user": 3}
-    result = audit(records, out=tmp_path / "run", canaries=16, text_col="review", label_col="rating",
-                   noise_seed=1, backends=backends, **settings)  # fmt: skip
+    result = audit(records, out=tmp_path / "run", design=CanaryDesign(16), text_col="review",
+                   label_col="rating", noise_seed=1, backends=backends, **settings)  # fmt: skip
     assert not result.refutes_claim and result.canaries == 16

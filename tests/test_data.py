@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from wasp_vllm.data.records import (
+    Columns,
     DataError,
     PrivateSet,
     draw_records,
@@ -71,7 +72,7 @@ def test_each_format_round_trips(tmp_path, imdb, suffix, fmt):
     path = _write(tmp_path / f"data{suffix}", RECORDS, fmt)
     table = read_table(path)
     assert table.num_rows == 3
-    data = load_private(str(path), imdb, attribute_col="genre", user_col="user")
+    data = load_private(str(path), imdb, Columns(attribute="genre", user="user"))
     assert data.texts == [r["text"] for r in RECORDS]
     assert data.labels.tolist() == [0, 1, 1] and data.labels.dtype == np.int64
     assert data.label_names == imdb.labels
@@ -154,9 +155,9 @@ def test_missing_columns_list_available(tmp_path, imdb):
     assert "body" in str(err.value) and "sentiment" in str(err.value)
     _assert_private_error(err)
     with pytest.raises(DataError, match="no label column 'label'"):
-        load_private(str(path), imdb, text_col="body")
+        load_private(str(path), imdb, Columns(text="body"))
     with pytest.raises(DataError, match="no attribute column 'genre'"):
-        load_private(str(path), imdb, text_col="body", label_col="sentiment", attribute_col="genre")
+        load_private(str(path), imdb, Columns("body", "sentiment", "genre"))
 
 
 def test_null_and_empty_texts_are_refused_without_a_count(tmp_path, imdb):
@@ -193,7 +194,7 @@ def test_missing_user_ids_refused_without_a_count(tmp_path, imdb):
     ]
     path = _write(tmp_path / "d.jsonl", records, "jsonl")
     with pytest.raises(DataError, match="a record has no user id"):
-        load_private(str(path), imdb, user_col="user")
+        load_private(str(path), imdb, Columns(user="user"))
 
 
 def test_label_without_records_is_a_private_debug_line(tmp_path, imdb, caplog):
@@ -281,7 +282,7 @@ def test_limit_through_loader(tmp_path, imdb):
 def test_cap_through_loader_keeps_at_most_k_per_user(tmp_path, imdb):
     records = [{"text": f"t{i}", "label": "positive", "user": f"u{i % 3}"} for i in range(30)]
     path = _write(tmp_path / "d.jsonl", records, "jsonl")
-    data = load_private(str(path), imdb, user_col="user", cap=4, seed=0)
+    data = load_private(str(path), imdb, Columns(user="user"), cap=4, seed=0)
     assert np.unique(data.users, return_counts=True)[1].tolist() == [4, 4, 4]
     with pytest.raises(DataError, match="user ids"):
         draw_records(load_private(str(path), imdb), None, 0, cap=2)

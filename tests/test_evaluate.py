@@ -13,8 +13,10 @@ import pytest
 
 import wasp_vllm.evaluation.runner as runner
 from wasp_vllm.evaluation import (
+    BertSettings,
     EvalReport,
     EvaluationError,
+    LabelledTexts,
     MetricError,
     evaluate_private_only,
     evaluate_synthetic,
@@ -170,7 +172,8 @@ def test_label_balance_counts_names_and_indices_with_zeros():
 
 def test_logreg_reaches_high_accuracy_on_separable_data(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
-    report = train_and_score(tr_texts, tr_y, te_texts, te_y, NAMES3, embedder=embedder, seed=0)
+    train, test = LabelledTexts(tr_texts, tr_y), LabelledTexts(te_texts, te_y)
+    report = train_and_score(train, test, NAMES3, embedder=embedder, seed=0)
     assert report.accuracy > 0.95 and report.macro_f1 > 0.95
     assert set(report.per_label_f1) == set(NAMES3)
     assert report.train_label_counts == {"a": 60, "b": 60, "c": 60}
@@ -187,15 +190,18 @@ def test_logreg_is_at_chance_on_label_shuffled_data():
     te_texts, te_y, te_table = _cluster_data(300, 3, 16, sep=0.0, seed=12, prefix="test")
     embedder = LookupEmbedderDouble({**tr_table, **te_table})
     shuffled = np.random.default_rng(7).permutation(tr_y)
-    report = train_and_score(tr_texts, shuffled, te_texts, te_y, NAMES3, embedder=embedder, seed=0)
+    report = train_and_score(
+        LabelledTexts(tr_texts, shuffled), LabelledTexts(te_texts, te_y), NAMES3, embedder=embedder, seed=0
+    )
     assert abs(report.accuracy - 1 / 3) < 0.07
 
 
 def test_logreg_is_deterministic_and_accepts_label_names(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
-    first = train_and_score(tr_texts, tr_y, te_texts, te_y, NAMES3, embedder=embedder, seed=0)
+    train, test = LabelledTexts(tr_texts, tr_y), LabelledTexts(te_texts, te_y)
+    first = train_and_score(train, test, NAMES3, embedder=embedder, seed=0)
     names = [NAMES3[i] for i in tr_y]
-    second = train_and_score(tr_texts, names, te_texts, te_y, NAMES3, embedder=embedder, seed=0)
+    second = train_and_score(LabelledTexts(tr_texts, names), test, NAMES3, embedder=embedder, seed=0)
     assert first.to_dict() == second.to_dict()
 
 
@@ -203,26 +209,21 @@ def test_precomputed_embeddings_skip_the_embedder(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
     before = embedder.calls
     report = train_and_score(
-        tr_texts,
-        tr_y,
-        te_texts,
-        te_y,
+        LabelledTexts(tr_texts, tr_y, embeddings=embedder.encode(tr_texts)),
+        LabelledTexts(te_texts, te_y, embeddings=embedder.encode(te_texts)),
         NAMES3,
         embedder=embedder,
-        train_embeddings=embedder.encode(tr_texts),
-        test_embeddings=embedder.encode(te_texts),
     )
     assert embedder.calls == before + 2 and report.accuracy > 0.95
 
 
 def test_label_absent_from_training_set_is_reported(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
+    test = LabelledTexts(te_texts, te_y)
     keep = tr_y != 2
     report = train_and_score(
-        [t for t, k in zip(tr_texts, keep, strict=True) if k],
-        tr_y[keep],
-        te_texts,
-        te_y,
+        LabelledTexts([t for t, k in zip(tr_texts, keep, strict=True) if k], tr_y[keep]),
+        test,
         NAMES3,
         embedder=embedder,
     )
@@ -235,8 +236,14 @@ def test_label_absent_from_training_set_is_reported(clusters):
 
 def test_single_class_training_set_gives_a_flagged_constant_predictor(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
+    test = LabelledTexts(te_texts, te_y)
     calls = embedder.calls
-    report = train_and_score(tr_texts[:5], np.zeros(5, dtype=int), te_texts, te_y, NAMES3, embedder=embedder)
+    report = train_and_score(
+        LabelledTexts(tr_texts[:5], np.zeros(5, dtype=int)),
+        test,
+        NAMES3,
+        embedder=embedder,
+    )
     assert report.degenerate
     assert report.accuracy == pytest.approx(1 / 3)
     assert report.missing_train_labels == ["b", "c"]
@@ -246,16 +253,17 @@ def test_single_class_training_set_gives_a_flagged_constant_predictor(clusters):
 
 def test_train_and_score_error_cases(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
+    train, test = LabelledTexts(tr_texts, tr_y), LabelledTexts(te_texts, te_y)
     with pytest.raises(EvaluationError, match="training set is empty"):
-        train_and_score([], [], te_texts, te_y, NAMES3, embedder=embedder)
+        train_and_score(LabelledTexts([], []), test, NAMES3, embedder=embedder)
     with pytest.raises(EvaluationError, match="test set is empty"):
-        train_and_score(tr_texts, tr_y, [], [], NAMES3, embedder=embedder)
+        train_and_score(train, LabelledTexts([], []), NAMES3, embedder=embedder)
     with pytest.raises(EvaluationError, match="texts but"):
-        train_and_score(tr_texts, tr_y[:-1], te_texts, te_y, NAMES3, embedder=embedder)
+        train_and_score(LabelledTexts(tr_texts, tr_y[:-1]), test, NAMES3, embedder=embedder)
     with pytest.raises(EvaluationError, match="unknown task model"):
-        train_and_score(tr_texts, tr_y, te_texts, te_y, NAMES3, model="svm", embedder=embedder)
+        train_and_score(train, test, NAMES3, model="svm", embedder=embedder)
     with pytest.raises(EvaluationError, match="out of range"):
-        train_and_score(tr_texts, tr_y + 1, te_texts, te_y, NAMES3, embedder=embedder)
+        train_and_score(LabelledTexts(tr_texts, tr_y + 1), test, NAMES3, embedder=embedder)
 
 
 def test_bert_without_a_local_model_is_a_clear_error(tmp_path):
@@ -265,7 +273,11 @@ def test_bert_without_a_local_model_is_a_clear_error(tmp_path):
         resolve_bert_path(tmp_path)
     with pytest.raises(EvaluationError, match="needs a local"):
         train_and_score(
-            ["x", "y"], [0, 1], ["z"], [0], ["p", "q"], model="bert", bert_path=tmp_path / "missing"
+            LabelledTexts(["x", "y"], [0, 1]),
+            LabelledTexts(["z"], [0]),
+            ["p", "q"],
+            model="bert",
+            bert=BertSettings(path=tmp_path / "missing"),
         )
 
 
@@ -300,14 +312,11 @@ def test_bert_fine_tunes_a_local_encoder_directory(tmp_path):
     texts, labels = pos * 4 + neg * 4, [0] * 16 + [1] * 16
     settings = BertSettings(epochs=15, batch_size=8, learning_rate=5e-3, device="cpu")
     report = train_and_score(
-        texts,
-        labels,
-        pos + neg,
-        [0] * 4 + [1] * 4,
+        LabelledTexts(texts, labels),
+        LabelledTexts(pos + neg, [0] * 4 + [1] * 4),
         ["pos", "neg"],
         model="bert",
-        bert_path=bert,
-        bert_settings=settings,
+        bert=settings.at(bert),
     )
     assert report.model == "bert" and report.embedder is None and report.n_test == 8
     assert report.accuracy >= 0.75
@@ -455,10 +464,8 @@ def test_logreg_with_the_real_embedder_beats_chance():
     test_pos = ["What a fantastic, moving movie.", "I really enjoyed it, superb.", "Lovely and charming."]
     test_neg = ["Dreadful, I regret watching it.", "Awful plot and bad acting.", "Painfully boring."]
     report = train_and_score(
-        positive + negative,
-        [0] * 6 + [1] * 6,
-        test_pos + test_neg,
-        [0] * 3 + [1] * 3,
+        LabelledTexts(positive + negative, [0] * 6 + [1] * 6),
+        LabelledTexts(test_pos + test_neg, [0] * 3 + [1] * 3),
         ["positive", "negative"],
         embedder=Embedder("auto", device="cpu"),
     )

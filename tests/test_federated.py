@@ -11,7 +11,12 @@ import pytest
 from scipy import stats
 
 from wasp_vllm.privacy import voting
-from wasp_vllm.privacy.federated import federated_guarantee, federated_noisy_votes, party_noise_std
+from wasp_vllm.privacy.federated import (
+    SecureAggregation,
+    federated_guarantee,
+    federated_noisy_votes,
+    party_noise_std,
+)
 from wasp_vllm.privacy.key_agreement import (
     MODP14_G,
     MODP14_P,
@@ -30,6 +35,7 @@ from wasp_vllm.privacy.secagg import (
     Party,
     secure_sum,
 )
+from wasp_vllm.privacy.voting import Voters
 
 SCHEMES = [
     pytest.param(Modp14KeyAgreement, id="modp14"),
@@ -333,7 +339,9 @@ def _toy_data(seed: int = 0, n_private: int = 40, n_synth: int = 300, dim: int =
 def test_federated_votes_equal_sum_of_local_clean_histograms() -> None:
     priv, plab, synth, slab = _toy_data()
     parties = np.arange(len(priv)) % 5 * 10  # ids 0, 10, ..., 40
-    votes, report = federated_noisy_votes(priv, plab, parties, synth, slab, q=4, sigma=0.0, noise=seeded(1))
+    votes, report = federated_noisy_votes(
+        Voters(priv, plab, parties), synth, slab, q=4, sigma=0.0, noise=seeded(1)
+    )
     near_sum, far_sum = np.zeros(len(synth)), np.zeros(len(synth))
     for pid in np.unique(parties):
         n, f = voting.clean_histograms(priv[parties == pid], plab[parties == pid], synth, slab, 4)
@@ -358,7 +366,13 @@ def test_federated_noise_has_the_right_variance(mode, tolerance) -> None:
     residuals = []
     for seed in range(4):
         votes, _ = federated_noisy_votes(
-            priv, plab, parties, synth, slab, 4, sigma, seeded(seed), mode=mode, tolerance=tolerance
+            Voters(priv, plab, parties),
+            synth,
+            slab,
+            4,
+            sigma,
+            seeded(seed),
+            SecureAggregation(mode, tolerance),
         )
         assert votes.sigma == sigma
         residuals.append(np.concatenate([votes.h_near, votes.h_far]) - clean)
@@ -371,15 +385,15 @@ def test_federated_noise_has_the_right_variance(mode, tolerance) -> None:
 def test_federated_votes_are_reproducible_and_validated() -> None:
     priv, plab, synth, slab = _toy_data(n_synth=50)
     parties = np.arange(len(priv)) % 3
-    a, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, seeded(9))
-    b, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, seeded(9))
-    c, _ = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, seeded(10))
+    a, _ = federated_noisy_votes(Voters(priv, plab, parties), synth, slab, 4, 2.0, seeded(9))
+    b, _ = federated_noisy_votes(Voters(priv, plab, parties), synth, slab, 4, 2.0, seeded(9))
+    c, _ = federated_noisy_votes(Voters(priv, plab, parties), synth, slab, 4, 2.0, seeded(10))
     np.testing.assert_array_equal(a.h_near, b.h_near)  # fresh keys each call; masks cancel exactly
     assert not np.allclose(a.h_near, c.h_near)
     with pytest.raises(ValueError, match="at least 2 parties"):
-        federated_noisy_votes(priv, plab, np.zeros(len(priv), int), synth, slab, 4, 2.0, seeded(0))
+        federated_noisy_votes(Voters(priv, plab, np.zeros(len(priv), int)), synth, slab, 4, 2.0, seeded(0))
     with pytest.raises(ValueError, match="one party id per"):
-        federated_noisy_votes(priv, plab, parties[:-1], synth, slab, 4, 2.0, seeded(0))
+        federated_noisy_votes(Voters(priv, plab, parties[:-1]), synth, slab, 4, 2.0, seeded(0))
 
 
 def test_every_party_of_the_roster_adds_noise_even_without_records() -> None:
@@ -387,7 +401,9 @@ def test_every_party_of_the_roster_adds_noise_even_without_records() -> None:
     priv, plab, synth, slab = _toy_data(n_synth=300)
     parties = np.zeros(len(priv), dtype=np.int64)  # every record at party 0 of 4
     clean = np.concatenate(voting.clean_histograms(priv, plab, synth, slab, 4))
-    votes, report = federated_noisy_votes(priv, plab, parties, synth, slab, 4, 2.0, seeded(3), n_parties=4)
+    votes, report = federated_noisy_votes(
+        Voters(priv, plab, parties), synth, slab, 4, 2.0, seeded(3), SecureAggregation(n_parties=4)
+    )
     residual = np.concatenate([votes.h_near, votes.h_far]) - clean
     assert report["parties"] == 4
     assert abs(residual.std() / 2.0 - 1) < 0.1

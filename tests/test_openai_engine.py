@@ -17,7 +17,9 @@ import pytest
 
 from wasp_vllm.engines import ModelError, make_engine, parse_plm
 from wasp_vllm.engines.base import GenerationParams
-from wasp_vllm.engines.openai_engine import EndpointError, OpenAIEngine
+from wasp_vllm.engines.openai_engine import EndpointError, OpenAIEngine, RetryPolicy
+
+FAST = RetryPolicy(backoff_s=0.01)  # replicas come back within the test's time
 
 
 class StandInEndpoint:
@@ -138,7 +140,7 @@ def test_chat_preset_gets_its_template_with_the_quote_as_answer_prefill(endpoint
 def test_transient_errors_are_retried_then_reported():
     flaky = StandInEndpoint(fail_first=1)
     try:
-        engine = OpenAIEngine("m", flaky.url, retries=1, backoff_s=0.01)
+        engine = OpenAIEngine("m", flaky.url, policy=RetryPolicy(retries=1, backoff_s=0.01))
         assert engine.generate(["p"], [1], PARAMS)[0].text == "sample for seed 1"
         flaky.fail_first = 10**6
         with pytest.raises(EndpointError, match="after 2 attempts"):
@@ -218,12 +220,12 @@ def test_a_failing_replica_is_taken_out_and_its_requests_go_to_the_other(stand_i
         "503": lambda: stand_ins(status=503).url,
         "dies": lambda: stand_ins(die_after=2, delay_s=0.01).url,
     }[failure]()
-    engine = OpenAIEngine("m", [bad_url, good.url], concurrency=4, backoff_s=0.01)
+    engine = OpenAIEngine("m", [bad_url, good.url], concurrency=4, policy=FAST)
     seeds = list(range(30))
     out = engine.generate(["p"] * 30, seeds, PARAMS)
     assert seeds_of(out) == seeds
     bad, ok = replica(engine, 0), replica(engine, 1)
-    assert bad["out"] and bad["failures"] >= engine.max_failures
+    assert bad["out"] and bad["failures"] >= engine.policy.max_failures
     assert bad["completed"] + ok["completed"] == 30 and ok["failures"] == 0
     assert engine.stats()["retried"] >= 1
     # The replica stays out: the next call goes to the good one only.
@@ -240,7 +242,7 @@ def test_a_failing_replica_is_taken_out_and_its_requests_go_to_the_other(stand_i
 
 def test_the_call_fails_only_when_every_replica_is_out(stand_ins):
     a, b = stand_ins(status=503), stand_ins(status=502)
-    engine = OpenAIEngine("m", [a.url, b.url], concurrency=2, backoff_s=0.01)
+    engine = OpenAIEngine("m", [a.url, b.url], concurrency=2, policy=FAST)
     with pytest.raises(EndpointError, match="out|failed"):
         engine.generate(["p"] * 6, list(range(6)), PARAMS)
     assert all(r["out"] for r in engine.stats()["replicas"])
@@ -252,7 +254,7 @@ def test_the_call_fails_only_when_every_replica_is_out(stand_ins):
 
 def test_a_hiccup_of_a_lone_replica_is_ridden_out_and_forgiven(stand_ins):
     flaky = stand_ins(fail_first=2)
-    engine = OpenAIEngine("m", flaky.url, concurrency=1, backoff_s=0.01)
+    engine = OpenAIEngine("m", flaky.url, concurrency=1, policy=FAST)
     assert seeds_of(engine.generate(["p"] * 3, [7, 8, 9], PARAMS)) == [7, 8, 9]
     r = replica(engine, 0)
     assert (r["failures"], r["completed"], r["out"]) == (2, 3, False)
@@ -261,7 +263,7 @@ def test_a_hiccup_of_a_lone_replica_is_ridden_out_and_forgiven(stand_ins):
 
 def test_a_refused_request_is_not_retried_nor_held_against_the_replica(stand_ins):
     a = stand_ins(status=400)
-    engine = OpenAIEngine("m", a.url, backoff_s=0.01)
+    engine = OpenAIEngine("m", a.url, policy=FAST)
     with pytest.raises(EndpointError, match="HTTP 400"):
         engine.generate(["p"], [1], PARAMS)
     assert len(a.requests) == 1

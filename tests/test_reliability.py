@@ -35,7 +35,7 @@ from tests.fakes import (
 from tests.privacy_checks import assert_no_leak, files_of, leaks, private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.config import ConfigError, RunConfig
-from wasp_vllm.data.records import DataError, load_private
+from wasp_vllm.data.records import Columns, DataError, load_private
 from wasp_vllm.pipeline import Run, prepare, privacy_plan
 from wasp_vllm.pipeline.store import CheckpointError, RunStore
 from wasp_vllm.privacy.accountant import PrivacyBudgetExceeded, PrivacyLedger
@@ -285,7 +285,7 @@ def test_private_text_never_in_an_error(tmp_path, canaries):
         path = tmp_path / name
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
         with pytest.raises(DataError) as info:
-            load_private(str(path), task, user_col="user" if name == "users.csv" else None)
+            load_private(str(path), task, Columns(user="user" if name == "users.csv" else None))
         messages.append(str(info.value))
         exc = info.value  # the parser's own exception (which may quote a row) is not chained
         assert exc.__cause__ is None and (exc.__context__ is None or exc.__suppress_context__)

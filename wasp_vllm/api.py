@@ -22,7 +22,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -160,21 +160,6 @@ def plan(
     return plan_run(run_config(private, config, settings))
 
 
-Config = str | Path | Mapping[str, Any] | RunConfig | None
-
-
-@overload
-def generate(private: Any = None, *, out: str | Path, config: Config = None, resume: bool = False,
-             overwrite: bool = False, progress: Any = None, backends: Any = None,
-             dry_run: Literal[False] = False, **settings: Any) -> RunResult: ...  # fmt: skip
-
-
-@overload
-def generate(private: Any = None, *, out: str | Path | None = None, config: Config = None,
-             resume: bool = False, overwrite: bool = False, progress: Any = None, backends: Any = None,
-             dry_run: Literal[True], **settings: Any) -> RunPlan: ...  # fmt: skip
-
-
 def generate(
     private: Any = None,
     *,
@@ -184,21 +169,18 @@ def generate(
     overwrite: bool = False,
     progress: Any = None,
     backends: Any = None,
-    dry_run: bool = False,
     **settings: Any,
-) -> RunResult | RunPlan:
+) -> RunResult:
     """Generate a DP synthetic labelled data set; ``settings`` are :class:`RunConfig` fields.
 
-    Returns a :class:`RunResult`; with ``dry_run=True`` only the run's :class:`RunPlan` (see
-    :func:`plan`), reading no private data and loading no model.  ``progress`` is a rich
+    Returns a :class:`RunResult` (:func:`plan` gives the run's plan without running it: no
+    private data read, no model loaded).  ``progress`` is a rich
     ``Progress`` to report to (None: silent); ``backends`` replaces the real engines and embedder
     (:func:`wasp_vllm.pipeline.default_backends`).
     """
     from wasp_vllm.pipeline import Run, default_backends, prepare, throughput
     from wasp_vllm.pipeline.estimate import plan_run
 
-    if dry_run:
-        return plan(private, config=config, **settings)
     if out is None:
         raise ConfigError("generate needs out=: the folder the run writes to")
     if resume and overwrite:

@@ -37,11 +37,12 @@ def audit(
     audit's run spends privacy on the canaries: publish a separate run."""
     setup_logging(False)
     with friendly_errors():
+        from wasp_vllm.ops.audit import CanaryDesign
         from wasp_vllm.ops.audit import audit as run_audit
 
         with chatter_to_file(False, out):
             result = run_audit(
-                out=out, canaries=canaries, out_guesses=out_guesses, confidence=confidence, config=config,
+                out=out, design=CanaryDesign(canaries, out_guesses, confidence), config=config,
                 overwrite=overwrite, **settings,
             )  # fmt: skip
         console.print(result.statement(), markup=False)

@@ -80,8 +80,8 @@ def hotpate(
     """Hot PATE: synthetic records from DP aggregation of many teachers' next-token distributions."""
     setup_logging(False)
     with friendly_errors():
-        from wasp_vllm.data.records import load_private
-        from wasp_vllm.hotpate.generate import run_hotpate
+        from wasp_vllm.data.records import Columns, load_private
+        from wasp_vllm.hotpate.generate import TeacherModel, run_hotpate
         from wasp_vllm.hotpate.prompts import subject_for
         from wasp_vllm.hotpate.report import publish
         from wasp_vllm.pipeline.store import RunStore
@@ -89,14 +89,15 @@ def hotpate(
         from wasp_vllm.tasks import get_task
 
         spec = get_task(task)
-        data = load_private(private, spec, text_col, label_col, limit=private_limit, seed=seed)
+        data = load_private(private, spec, Columns(text_col, label_col), limit=private_limit, seed=seed)
         store = RunStore(out)
         store.prepare(resume=False, overwrite=overwrite)
         with store.one_shot_secret() as secret:  # never --seed; Hot PATE never resumes: the key goes
             # The --m draw swaps at most one record, which may touch two teachers: replace neighbours.
             table, report = run_hotpate(
-                data.texts, [spec.labels[i] for i in data.labels], spec.labels, model=model, engine=engine,
-                accounting=accounting, task=subject_for(spec.name), requested_m=private_limit,
+                data.texts, [spec.labels[i] for i in data.labels], spec.labels,
+                teacher=TeacherModel(model, engine), accounting=accounting, task=subject_for(spec.name),
+                requested_m=private_limit,
                 records_per_teacher=records_per_teacher, teachers=teachers, ensemble=ensemble,
                 threshold_fraction=threshold_fraction, max_tokens=max_tokens, n_samples=n, epsilon=epsilon,
                 delta=delta, seed=seed, neighbour=voting_neighbour("add_remove", selected=True).value,
@@ -115,15 +116,14 @@ def privacy(
 ) -> None:
     """Print the noise scale sigma under both accountants for these settings."""
     with friendly_errors():
+        from wasp_vllm.privacy.accountant import PrivacyUnit
         from wasp_vllm.privacy.plan import plan_privacy
 
         table = Table(title=f"eps={epsilon}, delta={delta}, T={rounds}, Q={q}")
         for col in ("accountant", "neighbour", "sensitivity", "sigma", "eps actually spent (exact)"):
             table.add_column(col)
         for mode, neighbour in (("paper", "add_remove"), ("exact", "add_remove"), ("exact", "replace")):
-            plan = plan_privacy(
-                epsilon, delta, rounds, q, mode=mode, neighbour=neighbour, records_per_unit=records_per_unit
-            )
+            plan = plan_privacy(epsilon, delta, rounds, q, mode, PrivacyUnit(neighbour, records_per_unit))
             sigma = "-" if plan.sigma is None else f"{plan.sigma:.3f}"
             table.add_row(
                 mode, neighbour, f"{plan.sensitivity:.4f}", sigma, f"{plan.epsilon_exact_spent:.3f}"

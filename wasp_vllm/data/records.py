@@ -203,27 +203,30 @@ def _users(table: pa.Table, col: str, source: str) -> np.ndarray:
     return np.asarray(values)
 
 
-def table_to_set(
-    table: pa.Table,
-    task: TaskSpec,
-    source: str,
-    text_col: str = "text",
-    label_col: str = "label",
-    attribute_col: str | None = None,
-    user_col: str | None = None,
-) -> PrivateSet:
+@dataclass(frozen=True)
+class Columns:
+    """Which column of a file holds what: text and label, and optionally attribute and user id."""
+
+    text: str = "text"
+    label: str = "label"
+    attribute: str | None = None
+    user: str | None = None
+
+
+def table_to_set(table: pa.Table, task: TaskSpec, source: str, columns: Columns = Columns()) -> PrivateSet:
     """Validate an Arrow table against ``task`` and turn it into a PrivateSet."""
+    c = columns
     _require_columns(
-        table, source, {"text": text_col, "label": label_col, "attribute": attribute_col, "user": user_col}
+        table, source, {"text": c.text, "label": c.label, "attribute": c.attribute, "user": c.user}
     )
     if table.num_rows == 0:
         raise DataError(f"{source}: the table has no records")
     data = PrivateSet(
-        texts=_texts(table, text_col, source),
-        labels=_labels(table, label_col, task, source),
+        texts=_texts(table, c.text, source),
+        labels=_labels(table, c.label, task, source),
         label_names=list(task.labels),
-        attributes=_attributes(table, attribute_col) if attribute_col else None,
-        users=_users(table, user_col, source) if user_col else None,
+        attributes=_attributes(table, c.attribute) if c.attribute else None,
+        users=_users(table, c.user, source) if c.user else None,
     )
     empty = [name for name, count in zip(task.labels, data.label_counts(), strict=True) if count == 0]
     if empty:  # allowed: such a label is still generated, but nothing real votes for its samples
@@ -267,10 +270,7 @@ def with_parties(data: PrivateSet, n_parties: int, alpha: float, seed: int) -> P
 def load_private(
     source: str,
     task: TaskSpec,
-    text_col: str = "text",
-    label_col: str = "label",
-    attribute_col: str | None = None,
-    user_col: str | None = None,
+    columns: Columns = Columns(),
     limit: int | None = None,
     seed: int = 0,
     cap: int | None = None,
@@ -280,17 +280,15 @@ def load_private(
     A built-in name without a split reads ``fit``, the train split minus the validation records
     that every default was chosen on, so a demo's private set never holds what a choice saw
     (``NAME:train`` still reads the whole split).  For a built-in the columns are fixed (drugs:
-    review -> text, rating -> label, condition -> attribute) and the column arguments are
-    ignored.  ``limit``
+    review -> text, rating -> label, condition -> attribute) and ``columns`` is ignored.  ``limit``
     keeps the ``limit`` records of smallest keyed hash (seeded), so that the
     small-M setting of the paper (e.g. M=100) can be reproduced from a larger
     file; ``cap`` first keeps at most that many records per user.
     """
     table, builtin = source_table(source, "fit")
     if builtin is not None:
-        text_col, label_col, attribute_col = builtin.text_col, builtin.label_col, builtin.attribute_col
-        user_col = None
-    data = table_to_set(table, task, str(source), text_col, label_col, attribute_col, user_col)
+        columns = Columns(builtin.text_col, builtin.label_col, builtin.attribute_col)
+    data = table_to_set(table, task, str(source), columns)
     data = draw_records(data, limit, seed, cap)
     debug_private(
         logger, "private set from %s: %d records over %d labels", source, len(data), len(task.labels)
@@ -298,17 +296,11 @@ def load_private(
     return data
 
 
-def load_test(
-    source: str,
-    task: TaskSpec,
-    text_col: str = "text",
-    label_col: str = "label",
-    attribute_col: str | None = None,
-) -> PrivateSet:
+def load_test(source: str, task: TaskSpec, columns: Columns = Columns()) -> PrivateSet:
     """Load a labelled test set from a file, or the built-in 'drugs' set (test split)."""
     table, builtin = source_table(source, "test")
     if builtin is not None:
-        text_col, label_col, attribute_col = builtin.text_col, builtin.label_col, builtin.attribute_col
-    data = table_to_set(table, task, str(source), text_col, label_col, attribute_col)
+        columns = Columns(builtin.text_col, builtin.label_col, builtin.attribute_col)
+    data = table_to_set(table, task, str(source), Columns(columns.text, columns.label, columns.attribute))
     logger.info("test set from %s: %d records", source, len(data))
     return data

@@ -93,6 +93,17 @@ class _Ticket(NamedTuple):
     probe: bool
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard a client tries: per-request timeout, retries per replica, and when a replica that
+    keeps failing is taken out (``max_failures`` in a row; back-off doubling from ``backoff_s``)."""
+
+    timeout_s: float = 120.0
+    retries: int = 3
+    max_failures: int = 3
+    backoff_s: float = 1.0
+
+
 class OpenAIEngine:
     """Completions (or chat completions, ``chat=True``) of one served model over its replicas."""
 
@@ -104,11 +115,8 @@ class OpenAIEngine:
         name: str | None = None,
         api_key: str | None = None,
         concurrency: int = 16,
-        timeout_s: float = 120.0,
-        retries: int = 3,
         chat: bool = False,
-        max_failures: int = 3,
-        backoff_s: float = 1.0,
+        policy: RetryPolicy = RetryPolicy(),
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
@@ -119,15 +127,13 @@ class OpenAIEngine:
         self.replicas = [Replica(u.rstrip("/"), concurrency) for u in urls]
         self.base_url = self.replicas[0].url
         self.concurrency = concurrency
-        self.retries = retries
-        self.max_failures = max_failures
-        self.backoff_s = backoff_s
+        self.policy = policy
         self._retried = 0
         self._lock = threading.Condition()
         key = api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
         limits = httpx.Limits(max_connections=concurrency * len(urls) + 4)
         self._client = httpx.Client(
-            timeout=timeout_s, limits=limits, headers={"Authorization": f"Bearer {key}"}
+            timeout=policy.timeout_s, limits=limits, headers={"Authorization": f"Bearer {key}"}
         )
 
     def _body(self, prompt: str, seed: int, params: GenerationParams) -> tuple[str, dict]:
@@ -189,8 +195,8 @@ class OpenAIEngine:
     def _count_incident(self, r: Replica) -> None:
         r.incident += 1
         r.streak += 1
-        r.retry_at = time.monotonic() + min(self.backoff_s * 2 ** (r.streak - 1), MAX_BACKOFF_S)
-        if r.streak >= self.max_failures:
+        r.retry_at = time.monotonic() + min(self.policy.backoff_s * 2 ** (r.streak - 1), MAX_BACKOFF_S)
+        if r.streak >= self.policy.max_failures:
             r.out = True
             log.warning("%s: replica %s taken out after %d failures in a row", self.name, r.url, r.streak)
 
@@ -219,7 +225,7 @@ class OpenAIEngine:
 
     def _request(self, prompt: str, seed: int, params: GenerationParams) -> Completion:
         route, body = self._body(prompt, seed, params)
-        attempts = (self.retries + 1) * len(self.replicas)
+        attempts = (self.policy.retries + 1) * len(self.replicas)
         for attempt in range(1, attempts + 1):
             ticket = self._acquire()
             try:

@@ -22,7 +22,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -60,6 +60,26 @@ class BertSettings:
     warmup_fraction: float = 0.1
     max_length: int = 256
     device: str | None = None
+    path: str | os.PathLike[str] | None = None  # the local encoder; None = the Hugging Face cache
+
+    def at(self, path: str | os.PathLike[str] | None) -> BertSettings:
+        """These settings with the encoder at ``path`` (None keeps the current one)."""
+        return self if path is None else replace(self, path=path)
+
+
+@dataclass(frozen=True)
+class LabelledTexts:
+    """One side of a training run: texts and their labels (indices into the label names, or the
+    names), plus, where already computed, their sentence embeddings from the task model's
+    embedder (logreg then skips encoding) and per-sample training weights."""
+
+    texts: Sequence[str]
+    labels: np.ndarray | Sequence[int] | Sequence[str]
+    embeddings: np.ndarray | None = None
+    weights: np.ndarray | None = None
+
+    def __repr__(self) -> str:  # the texts may be private records: never in a log line
+        return f"LabelledTexts({len(self.texts)} texts)"
 
 
 @dataclass
@@ -197,12 +217,12 @@ def fit_predict_bert(
     train_y: np.ndarray,
     test_texts: Sequence[str],
     num_labels: int,
-    bert_path: str | os.PathLike[str] | None = None,
     seed: int = 0,
     settings: BertSettings | None = None,
 ) -> np.ndarray:
-    """Fine-tune a sequence classifier on the training texts and predict the test texts."""
-    path = resolve_bert_path(bert_path)  # before the slow imports, so a missing model fails fast
+    """Fine-tune a sequence classifier (``settings.path``) on the training texts and predict the
+    test texts."""
+    path = resolve_bert_path((settings or BertSettings()).path)  # before the slow imports: fail fast
     import torch
     from transformers import (
         AutoModelForSequenceClassification,
@@ -267,63 +287,54 @@ def _per_label_f1(
 
 def _predict(
     model: str,
-    train_texts: Sequence[str],
+    train: LabelledTexts,
     train_y: np.ndarray,
-    test_texts: Sequence[str],
+    test: LabelledTexts,
     num_labels: int,
     embedder: TextEncoder | None,
     seed: int,
-    train_embeddings: np.ndarray | None,
-    test_embeddings: np.ndarray | None,
-    bert_path: str | os.PathLike[str] | None,
-    bert_settings: BertSettings | None,
-    train_weights: np.ndarray | None = None,
+    bert: BertSettings | None,
 ) -> np.ndarray:
     if model == "bert":
-        return fit_predict_bert(train_texts, train_y, test_texts, num_labels, bert_path, seed, bert_settings)
+        return fit_predict_bert(train.texts, train_y, test.texts, num_labels, seed, bert)
+    train_embeddings, test_embeddings = train.embeddings, test.embeddings
     if train_embeddings is None or test_embeddings is None:
         if embedder is None:
             raise EvaluationError("logreg needs an embedder or precomputed embeddings")
-        train_embeddings = _encode(embedder, train_texts) if train_embeddings is None else train_embeddings
-        test_embeddings = _encode(embedder, test_texts) if test_embeddings is None else test_embeddings
+        train_embeddings = _encode(embedder, train.texts) if train_embeddings is None else train_embeddings
+        test_embeddings = _encode(embedder, test.texts) if test_embeddings is None else test_embeddings
     train_embeddings = np.asarray(train_embeddings, dtype=np.float32)
     test_embeddings = np.asarray(test_embeddings, dtype=np.float32)
-    if train_embeddings.shape[0] != len(train_y) or test_embeddings.shape[0] != len(test_texts):
+    if train_embeddings.shape[0] != len(train_y) or test_embeddings.shape[0] != len(test.texts):
         raise EvaluationError("precomputed embeddings do not match the number of texts")
     if train_embeddings.shape[1] != test_embeddings.shape[1]:
         raise EvaluationError(
             f"train and test embeddings differ in dimension: {train_embeddings.shape[1]} vs "
             f"{test_embeddings.shape[1]}"
         )
-    return fit_predict_logreg(train_embeddings, train_y, test_embeddings, seed, train_weights)
+    return fit_predict_logreg(train_embeddings, train_y, test_embeddings, seed, train.weights)
 
 
 def train_and_score(
-    train_texts: Sequence[str],
-    train_labels: np.ndarray | Sequence[int] | Sequence[str],
-    test_texts: Sequence[str],
-    test_labels: np.ndarray | Sequence[int] | Sequence[str],
+    train: LabelledTexts,
+    test: LabelledTexts,
     label_names: Sequence[str],
     model: str = "logreg",
     embedder: TextEncoder | None = None,
     seed: int = 0,
     *,
-    bert_path: str | os.PathLike[str] | None = None,
-    bert_settings: BertSettings | None = None,
-    train_embeddings: np.ndarray | None = None,
-    test_embeddings: np.ndarray | None = None,
-    train_weights: np.ndarray | None = None,
+    bert: BertSettings | None = None,
 ) -> EvalReport:
-    """Train the task model on the training texts and score it on the test texts.
+    """Train the task model on the ``train`` texts and score it on the ``test`` texts.
 
-    Labels are indices into ``label_names`` or the names themselves.  ``embedder`` (logreg
-    only) defaults to the ``auto`` sentence embedder; precomputed ``train_embeddings`` /
-    ``test_embeddings`` from the same embedder skip encoding (the pipeline stores them).
-    Raises ``EvaluationError`` for an empty set, mismatched lengths, unknown labels, an
-    unknown model, or (bert) no local encoder.
+    ``embedder`` (logreg only) defaults to the ``auto`` sentence embedder; embeddings stored
+    with the texts (from the same embedder; the pipeline stores them) skip encoding; the
+    training weights (logreg only) weigh the samples.  ``bert``: the fine-tuning recipe and the
+    local encoder of ``model="bert"``.  Raises ``EvaluationError`` for an empty set, mismatched
+    lengths, unknown labels, an unknown model, or (bert) no local encoder.
     """
     label_names = list(label_names)
-    train_y, test_y = _checked_labels(model, train_texts, train_labels, test_texts, test_labels, label_names)
+    train_y, test_y = _checked_labels(model, train, test, label_names)
     train_counts = _counts(train_y, label_names)
     missing = [name for name, c in train_counts.items() if c == 0]
     notes = _coverage_notes(missing, label_names)
@@ -334,14 +345,11 @@ def train_and_score(
         log.warning(
             "single-class training set (%s): reporting the constant predictor", label_names[present[0]]
         )
-        pred = np.full(len(test_texts), present[0], dtype=np.int64)
+        pred = np.full(len(test.texts), present[0], dtype=np.int64)
     else:
-        if model == "logreg" and embedder is None and (train_embeddings is None or test_embeddings is None):
+        if model == "logreg" and embedder is None and (train.embeddings is None or test.embeddings is None):
             embedder = _default_embedder()
-        pred = _predict(
-            model, train_texts, train_y, test_texts, len(label_names), embedder, seed,
-            train_embeddings, test_embeddings, bert_path, bert_settings, train_weights,
-        )  # fmt: skip
+        pred = _predict(model, train, train_y, test, len(label_names), embedder, seed, bert)
     return EvalReport(
         model=model,
         accuracy=float(accuracy_score(test_y, pred)),
@@ -350,30 +358,25 @@ def train_and_score(
         train_label_counts=train_counts,
         test_label_counts=_counts(test_y, label_names),
         missing_train_labels=missing,
-        n_train=len(train_texts),
-        n_test=len(test_texts),
+        n_train=len(train.texts),
+        n_test=len(test.texts),
         degenerate=bool(degenerate),
-        embedder=_embedder_name(model, embedder, train_embeddings is not None),
+        embedder=_embedder_name(model, embedder, train.embeddings is not None),
         seed=seed,
         notes=notes,
     )
 
 
 def _checked_labels(
-    model: str,
-    train_texts: Sequence[str],
-    train_labels: np.ndarray | Sequence[int] | Sequence[str],
-    test_texts: Sequence[str],
-    test_labels: np.ndarray | Sequence[int] | Sequence[str],
-    label_names: list[str],
+    model: str, train: LabelledTexts, test: LabelledTexts, label_names: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Label indices of both sets, after checking the model name and that texts and labels match."""
     if model not in TASK_MODELS:
         raise EvaluationError(f"unknown task model {model!r}; choose one of {', '.join(TASK_MODELS)}")
-    train_y = to_label_indices(train_labels, label_names, what="train labels")
-    test_y = to_label_indices(test_labels, label_names, what="test labels")
-    _check_inputs(train_texts, train_y, "training")
-    _check_inputs(test_texts, test_y, "test")
+    train_y = to_label_indices(train.labels, label_names, what="train labels")
+    test_y = to_label_indices(test.labels, label_names, what="test labels")
+    _check_inputs(train.texts, train_y, "training")
+    _check_inputs(test.texts, test_y, "test")
     return train_y, test_y
 
 

@@ -6,7 +6,7 @@ this module returns is computed on the raw private records, so all of it is the 
 
 from __future__ import annotations
 
-from wasp_vllm.evaluation.classifier import BertSettings, TextEncoder, train_and_score
+from wasp_vllm.evaluation.classifier import BertSettings, LabelledTexts, TextEncoder, train_and_score
 from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import label_balance
 from wasp_vllm.evaluation.results import PrivateOnlyScores
@@ -37,16 +37,16 @@ def evaluate_private_only(
     if settings.private is None:
         raise EvaluationError("the OnlyPrivate baseline needs the private set (private=...)")
     task = get_task(settings.task)
-    text_col, label_col = settings.text_col, settings.label_col
     private = load_private(
-        settings.private, task, text_col, label_col, limit=settings.private_limit, seed=settings.seed
+        settings.private, task, settings.columns(), limit=settings.private_limit, seed=settings.seed
     )
-    test = load_test(settings.test, task, text_col, label_col)
+    test = load_test(settings.test, task, settings.columns())
     logreg = settings.model == TaskModel.LOGREG
     enc = embedder if embedder is not None or not logreg else _make_embedder(settings.embedder)
     report = train_and_score(
-        private.texts, private.labels, test.texts, test.labels, task.labels, model=settings.model,
-        embedder=enc, seed=settings.seed, bert_path=settings.bert_path, bert_settings=bert_settings,
+        LabelledTexts(private.texts, private.labels), LabelledTexts(test.texts, test.labels), task.labels,
+        model=settings.model, embedder=enc, seed=settings.seed,
+        bert=(bert_settings or BertSettings()).at(settings.bert_path),
     )  # fmt: skip
     return PrivateOnlyScores(
         task=task.name, model=str(settings.model),

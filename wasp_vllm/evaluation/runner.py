@@ -17,7 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wasp_vllm.evaluation.classifier import BertSettings, TextEncoder, label_agreement, train_and_score
+from wasp_vllm.evaluation.classifier import (
+    BertSettings,
+    LabelledTexts,
+    TextEncoder,
+    label_agreement,
+    train_and_score,
+)
 from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
 from wasp_vllm.evaluation.results import LabelAgreement, OperatorFigures, SyntheticCounts, SyntheticScores
@@ -189,16 +195,18 @@ def evaluate_synthetic(
     synth = read_synthetic(synthetic_path, task)
     if not synth.texts:
         raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")
-    test = load_test(settings.test, task, text_col=settings.text_col, label_col=settings.label_col)
+    test = load_test(settings.test, task, settings.columns())
     # FID and the label agreement need embeddings whatever the task model is
     need_embedder = settings.model == TaskModel.LOGREG or settings.private or settings.reference
     enc = embedder if embedder is not None or not need_embedder else _make_embedder(settings.embedder)
     synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
     weights = synth.weights if settings.use_weights else None
+    train = LabelledTexts(
+        synth.texts, synth.labels, synth_emb if settings.model == TaskModel.LOGREG else None, weights
+    )
     report = train_and_score(
-        synth.texts, synth.labels, test.texts, test.labels, task.labels, model=settings.model, embedder=enc,
-        seed=settings.seed, bert_path=settings.bert_path, bert_settings=bert_settings,
-        train_embeddings=synth_emb if settings.model == TaskModel.LOGREG else None, train_weights=weights,
+        train, LabelledTexts(test.texts, test.labels), task.labels, model=settings.model, embedder=enc,
+        seed=settings.seed, bert=(bert_settings or BertSettings()).at(settings.bert_path),
     )  # fmt: skip
     public, operator = None, None
     if enc is not None and synth_emb is not None:
@@ -221,20 +229,20 @@ def _against_real_records(
     operator's figures: FID against the private records, a private reference's agreement."""
     from wasp_vllm.data.records import load_private
 
-    columns = (settings.text_col, settings.label_col)
+    columns = settings.columns()
     reference, public = settings.reference, settings.reference_public
     if reference is not None:  # before any work: a contradiction is the user's mistake
         _check_declared_public(reference, public, settings.private)
     fid_figures: dict[str, Any] = {}
     if settings.private is not None:
         records = load_private(
-            settings.private, task, *columns, limit=settings.private_limit, seed=settings.seed
+            settings.private, task, columns, limit=settings.private_limit, seed=settings.seed
         )
         private_emb = enc.encode(records.texts)
         fid_figures = _fid_figures(synth, synth_emb, private_emb, settings.fid_method)
     agreement = None
     if reference is not None:
-        ref = load_private(reference, task, *columns)
+        ref = load_private(reference, task, columns)
         shares = label_agreement(
             synth_emb, synth.labels, enc.encode(ref.texts), ref.labels, task.labels, settings.seed
         )

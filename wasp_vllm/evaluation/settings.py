@@ -8,11 +8,14 @@ does from ``RunConfig``: each setting's name, default and help live here and now
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from wasp_vllm.config import setting
+
+if TYPE_CHECKING:
+    from wasp_vllm.data.records import Columns
 
 # Help panels of `wasp-vllm evaluate --help`.
 SCORED, REAL, MODEL = "What is scored", "Real records beside it", "Task model"
@@ -69,3 +72,9 @@ class EvalSettings(BaseModel):
         "sqrtm", "FID's matrix square root: 'sqrtm' (as published FID code) or 'eigh' (faster, same value).",
         MODEL,
     )  # fmt: skip
+
+    def columns(self) -> Columns:
+        """The text and label columns of the test, private and reference files."""
+        from wasp_vllm.data.records import Columns
+
+        return Columns(self.text_col, self.label_col)

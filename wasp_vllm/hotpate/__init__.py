@@ -27,7 +27,7 @@ from wasp_vllm.hotpate.ensembles import (
     independent_votes,
     vote_histogram,
 )
-from wasp_vllm.hotpate.generate import generate_hotpate, run_hotpate
+from wasp_vllm.hotpate.generate import TeacherModel, generate_hotpate, run_hotpate
 from wasp_vllm.hotpate.prompts import build_teacher_prompts
 from wasp_vllm.hotpate.selector import (
     PrivateTokenSelector,
@@ -56,6 +56,7 @@ __all__ = [
     "PrivateTokenSelector",
     "RecordOutcome",
     "TeacherEnsembleLM",
+    "TeacherModel",
     "TokenDecision",
     "VoteHistogram",
     "build_teacher_prompts",

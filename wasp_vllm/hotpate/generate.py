@@ -182,28 +182,45 @@ def _generate_label(label: _Label, s: HotPateSettings, plm: str, tally: Tally) -
         )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class TeacherModel:
+    """The LM every teacher runs: a PLM preset or model directory, on which engine and device.
+
+    ``engine``: ``hf`` (transformers: exact distributions, KV caches reused), ``vllm`` (the
+    ``top_logprobs`` most likely tokens per teacher and step, plus a no-token bin) or ``auto``
+    (vLLM where there is a GPU, transformers elsewhere).
+    """
+
+    model: str = "smollm2"
+    engine: str = "auto"
+    device: str | None = None
+    dtype: Any = None
+    top_logprobs: int = 20
+
+    def resolved_engine(self) -> str:
+        if self.engine == "auto":  # vLLM's top-K path pays off on a GPU; transformers is exact on CPU
+            from wasp_vllm.engines.devices import gpu_available
+
+            return "vllm" if gpu_available() else "hf"
+        if self.engine not in ("hf", "vllm"):
+            raise ValueError(f"engine must be 'hf', 'vllm' or 'auto', got {self.engine!r}")
+        return self.engine
+
+
 def _source_factory(
-    engine: str,
-    model: str,
-    device: str | None,
-    dtype: Any,
-    run: HotPateSettings,
-    label_names: list[str],
-    top_logprobs: int,
+    teacher: TeacherModel, run: HotPateSettings, label_names: list[str]
 ) -> tuple[SourceFactory, str]:
     """Teachers on transformers (exact distributions, KV caches reused) or on vLLM (top-K + no-token)."""
-    if engine == "vllm":
+    if teacher.resolved_engine() == "vllm":
         from wasp_vllm.hotpate.vllm_teachers import VLLMTeacherSource, load_vllm
 
-        llm = load_vllm(model)
+        llm = load_vllm(teacher.model)
 
         def vllm_factory(prompts: list[str]) -> DistributionSource:
-            return VLLMTeacherSource(llm, prompts, top_k=top_logprobs, temperature=run.temperature)
+            return VLLMTeacherSource(llm, prompts, top_k=teacher.top_logprobs, temperature=run.temperature)
 
         return vllm_factory, llm.name
-    if engine != "hf":
-        raise ValueError(f"engine must be 'hf' or 'vllm', got {engine!r}")
-    lm = load_lm(model, device, dtype)
+    lm = load_lm(teacher.model, teacher.device, teacher.dtype)
     skeletons = [teacher_skeleton(run.task, name, run.examples_shown()) for name in label_names]
     pad_to = public_pad_length(lm, skeletons, run.examples_shown(), run.max_example_chars)
 
@@ -218,36 +235,27 @@ def run_hotpate(
     private_labels: list[str],
     label_names: list[str],
     *,
-    model: str = "smollm2",
-    device: str | None = None,
-    dtype: Any = None,
-    engine: str = "auto",
-    top_logprobs: int = 20,
+    teacher: TeacherModel = TeacherModel(),
     fallback: Fallback = sample_public,
     source_factory: SourceFactory | None = None,
     noise_rng: np.random.Generator | None = None,
     **settings: Any,
 ) -> tuple[pa.Table, dict[str, Any]]:
-    """Hot PATE synthetic records with a PLM preset or model directory (entry point for the CLI).
+    """Hot PATE synthetic records with the ``teacher`` LM (entry point for the CLI).
 
     ``settings`` are the fields of :class:`HotPateSettings` (``n_samples``, ``epsilon``, ``delta``
-    and ``requested_m`` or ``teachers`` at least).  ``engine``: ``hf`` (transformers), ``vllm``
-    (``top_logprobs`` per teacher and token) or ``auto`` (vLLM where there is a GPU).
-    ``source_factory`` replaces the model (tests use a stub).  Returns the records
-    (columns ``id, text, label, attribute, plm, round, prompt_kind``)
-    and the privacy report for the run manifest.
+    and ``requested_m`` or ``teachers`` at least).  ``source_factory`` replaces the model (tests
+    use a stub).  Returns the records (columns ``id, text, label, attribute, plm, round,
+    prompt_kind``) and the privacy report for the run manifest.
     """
     if "stop" in settings:
         settings["stop"] = tuple(settings["stop"])
     run = HotPateSettings(**settings)
     check_inputs(private_texts, private_labels, label_names, run)
-    if engine == "auto":  # vLLM's top-K path pays off on a GPU; transformers is exact and fine on CPU
-        from wasp_vllm.engines.devices import gpu_available
-
-        engine = "vllm" if gpu_available() else "hf"
-    plm, used = model, "custom" if source_factory is not None else engine
+    plm, used = teacher.model, "custom"
     if source_factory is None:
-        source_factory, plm = _source_factory(engine, model, device, dtype, run, label_names, top_logprobs)
+        used = teacher.resolved_engine()
+        source_factory, plm = _source_factory(teacher, run, label_names)
     table, report = generate_hotpate(
         private_texts, private_labels, label_names, source_factory, run, plm, fallback, noise_rng
     )

@@ -66,8 +66,6 @@ def build_teacher_prompts(
     examples_per_teacher: int = 3,
     task: str = "text",
     max_example_chars: int = 300,
-    teacher_template: str = TEACHER_TEMPLATE,
-    public_template: str = PUBLIC_TEMPLATE,
 ) -> list[str]:
     """``teachers`` prompts from disjoint parts of ``texts`` (all of one label), plus the public one.
 
@@ -80,7 +78,7 @@ def build_teacher_prompts(
     for text in texts:
         slot, digest = _slot(text, seed, teachers)
         slots[slot].append((digest, text))
-    public = public_template.format(task=task, label=label)
+    public = PUBLIC_TEMPLATE.format(task=task, label=label)
     prompts = []
     for members in slots:
         shown = [t for _, t in sorted(members)[:examples_per_teacher]]
@@ -88,5 +86,5 @@ def build_teacher_prompts(
             prompts.append(public)
             continue
         examples = "\n".join(f"{i + 1}. {_example(t, max_example_chars)}" for i, t in enumerate(shown))
-        prompts.append(teacher_template.format(task=task, label=label, examples=examples))
+        prompts.append(TEACHER_TEMPLATE.format(task=task, label=label, examples=examples))
     return [*prompts, public]

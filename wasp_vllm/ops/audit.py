@@ -59,6 +59,17 @@ class Canary:
 
 
 @dataclass(frozen=True)
+class CanaryDesign:
+    """How an audit tests a run: ``canaries`` records put in by secret fair coins, the attack's
+    ``out_guesses`` (guess 'out' for that many least-echoed canaries too) and the confidence of
+    the lower bound."""
+
+    canaries: int = 64
+    out_guesses: int = 0
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
 class CanaryAudit:
     """What the audit found: the claimed epsilon beside the lower bound from one run."""
 
@@ -223,9 +234,7 @@ def audit(
     private: Any = None,
     *,
     out: str | Path,
-    canaries: int = 64,
-    out_guesses: int = 0,
-    confidence: float = 0.95,
+    design: CanaryDesign = CanaryDesign(),
     config: Any = None,
     overwrite: bool = False,
     backends: Any = None,
@@ -239,9 +248,10 @@ def audit(
     from wasp_vllm.data.sources import source_table
     from wasp_vllm.tasks import get_task
 
+    canaries = design.canaries
     if canaries < 4:
         raise ConfigError("an audit needs at least 4 canaries (64 or more to bound epsilon above 1)")
-    if not 0 <= out_guesses < canaries:
+    if not 0 <= design.out_guesses < canaries:
         raise ConfigError(f"out guesses must be in [0, {canaries - 1}]")
     cfg = run_config(private, config, settings)
     table = as_table(private)
@@ -266,6 +276,6 @@ def audit(
     own = {k: v for k, v in cfg.model_dump().items() if k != "private"} | columns
     generate(data, out=out, overwrite=overwrite, backends=backends, progress=progress, **own)
     record_coins(Path(out), made, included)
-    result = score_run(Path(out), made, included, out_guesses, confidence)
+    result = score_run(Path(out), made, included, design.out_guesses, design.confidence)
     write_json(Path(out) / "private" / "audit_result.json", result.to_json())
     return result

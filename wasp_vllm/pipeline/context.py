@@ -10,8 +10,16 @@ import numpy as np
 import pyarrow as pa
 
 from wasp_vllm.config import ConfigError, RunConfig
-from wasp_vllm.data.records import PrivateSet, draw_records, load_private, table_to_set, with_parties
+from wasp_vllm.data.records import (
+    Columns,
+    PrivateSet,
+    draw_records,
+    load_private,
+    table_to_set,
+    with_parties,
+)
 from wasp_vllm.pipeline.selection import allocate_quotas
+from wasp_vllm.privacy.accountant import PrivacyUnit
 from wasp_vllm.privacy.plan import PrivacyPlan, plan_privacy
 from wasp_vllm.privacy.sampling import voting_neighbour
 from wasp_vllm.strategies import Strategy, get_strategy
@@ -38,11 +46,11 @@ def prepare(
     """
     task = get_task(cfg.task)
     strategy = get_strategy(cfg.strategy).with_later_prompt(cfg.later_prompt)
-    columns = (cfg.text_col, cfg.label_col, cfg.attribute_col, cfg.user_col)
+    columns = Columns(cfg.text_col, cfg.label_col, cfg.attribute_col, cfg.user_col)
     if private_table is not None:
-        private = table_to_set(private_table, task, "the private data", *columns)
+        private = table_to_set(private_table, task, "the private data", columns)
     else:
-        private = load_private(cfg.private, task, *columns, seed=cfg.seed)
+        private = load_private(cfg.private, task, columns, seed=cfg.seed)
     if cfg.parties is not None:
         private = with_parties(private, cfg.parties, cfg.dirichlet, cfg.seed)
     cap = cfg.max_records_per_user if cfg.privacy_unit == "user" else None
@@ -73,8 +81,10 @@ def privacy_plan(cfg: RunConfig) -> PrivacyPlan:
         cfg.rounds if votes(cfg) else 1,
         get_strategy(cfg.strategy).q(cfg.q),
         mode=cfg.accountant,
-        neighbour=voting_neighbour(cfg.neighbour, selected=cfg.private_limit is not None),
-        records_per_unit=(cfg.max_records_per_user or 1) if cfg.privacy_unit == "user" else 1,
+        unit=PrivacyUnit(
+            voting_neighbour(cfg.neighbour, selected=cfg.private_limit is not None),
+            (cfg.max_records_per_user or 1) if cfg.privacy_unit == "user" else 1,
+        ),
         extra_votes=1 if cfg.final_vote and votes(cfg) else 0,
         prior_share=cfg.label_prior_share if cfg.label_prior == "private" else 0.0,
     )

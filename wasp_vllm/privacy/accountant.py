@@ -66,6 +66,19 @@ def neighbour_of(value: Neighbour | str) -> Neighbour:
         raise ValueError(f"neighbour must be one of {[n.value for n in Neighbour]}, got {value!r}") from None
 
 
+@dataclass(frozen=True)
+class PrivacyUnit:
+    """Whom the guarantee protects: one record, or one user holding up to ``records_per_unit``
+    records; and how neighbouring data sets differ (a unit added or removed, or replaced)."""
+
+    neighbour: Neighbour | str = Neighbour.ADD_REMOVE
+    records_per_unit: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "neighbour", neighbour_of(self.neighbour))
+        check_int("records_per_unit", self.records_per_unit, 1)
+
+
 def wasp_sensitivity(
     q: int, neighbour: Neighbour | str = Neighbour.ADD_REMOVE, records_per_unit: int = 1
 ) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from wasp_vllm.privacy.secagg import (
     default_key_agreement,
     secure_sum,
 )
-from wasp_vllm.privacy.voting import NoisyVotes, clean_histograms
+from wasp_vllm.privacy.voting import NoisyVotes, Voters, clean_histograms
 
 logger = logging.getLogger(__name__)
 
@@ -149,21 +150,30 @@ def _party_ids(parties: np.ndarray, n_records: int, n_parties: int | None) -> np
     return ids
 
 
+@dataclass(frozen=True)
+class SecureAggregation:
+    """The public parameters of the parties' protocol: how they noise their votes and sum them.
+
+    ``mode``/``tolerance``: each party's noise share (paper: sigma^2/L; exact: sigma^2/(L-t), so
+    up to ``tolerance`` absent parties still leave sigma^2).  ``n_parties``: the roster (every
+    party takes part, holding records or not); None = the parties that hold records.
+    """
+
+    mode: NoiseMode = "exact"
+    tolerance: int = 0
+    n_parties: int | None = None
+    scale_bits: int = DEFAULT_SCALE_BITS
+    key_agreement: KeyAgreement | None = None
+
+
 def federated_noisy_votes(
-    private_emb: np.ndarray,
-    private_labels: np.ndarray,
-    parties: np.ndarray,
+    voters: Voters,
     synth_emb: np.ndarray,
     synth_labels: np.ndarray,
     q: int,
     sigma: float,
     noise: PartyNoise | None,
-    mode: NoiseMode = "exact",
-    tolerance: int = 0,
-    *,
-    n_parties: int | None = None,
-    scale_bits: int = DEFAULT_SCALE_BITS,
-    key_agreement: KeyAgreement | None = None,
+    protocol: SecureAggregation = SecureAggregation(),
 ) -> tuple[NoisyVotes, dict[str, Any]]:
     """Algorithm 2's voting step: local votes + local noise shares, summed by secure aggregation.
 
@@ -171,25 +181,27 @@ def federated_noisy_votes(
     histograms plus the sum of their noise shares (variance sigma^2 in paper mode, L/(L-t) sigma^2
     in exact mode). ``noise(party_id)`` is that party's noise generator: in a deployment each
     party's own secret; in simulation derived from the run's secret key, the round and the party
-    (never a short or public seed: the server could replay it). ``n_parties`` makes every party of
-    the roster take part, also those holding no record. ``sigma = 0`` is accepted for tests only
-    (no privacy) and logged as a warning.
+    (never a short or public seed: the server could replay it). ``voters.parties`` gives each
+    record's party. ``sigma = 0`` is accepted for tests only (no privacy) and logged as a warning.
     """
-    private_emb = np.asarray(private_emb)
-    private_labels = np.asarray(private_labels)
-    ids = _party_ids(parties, len(private_emb), n_parties)
+    if voters.parties is None:
+        raise ValueError("federated voting needs a party per record")
+    private_emb, private_labels = np.asarray(voters.embeddings), np.asarray(voters.labels)
+    parties = np.asarray(voters.parties)
+    p = protocol
+    ids = _party_ids(parties, len(private_emb), p.n_parties)
     n_parties = int(ids.size)
-    std = party_noise_std(sigma, n_parties, mode, tolerance)
+    std = party_noise_std(sigma, n_parties, p.mode, p.tolerance)
     if sigma == 0:
         logger.warning("federated voting with sigma = 0: the aggregated votes are NOT differentially private")
     n_synth = len(synth_emb)
-    codec = FixedPointCodec(scale_bits=scale_bits, n_terms=n_parties)
-    server = AggregationServer(codec, length=2 * n_synth, min_parties=max(2, n_parties - tolerance))
-    scheme = key_agreement or default_key_agreement()
+    codec = FixedPointCodec(scale_bits=p.scale_bits, n_terms=n_parties)
+    server = AggregationServer(codec, length=2 * n_synth, min_parties=max(2, n_parties - p.tolerance))
+    scheme = p.key_agreement or default_key_agreement()
 
     members = []
     for pid in ids.tolist():
-        own = np.asarray(parties) == pid
+        own = parties == pid
         rng = noise(pid) if noise is not None else np.random.default_rng()
         local = _local_noisy_histograms(
             private_emb[own], private_labels[own], synth_emb, synth_labels, q, std, rng
@@ -201,7 +213,7 @@ def federated_noisy_votes(
     total = secure_sum(members, server)
 
     votes = NoisyVotes(h_near=total[:n_synth], h_far=total[n_synth:], sigma=float(sigma), q=int(q))
-    return votes, federated_report(sigma, n_parties, mode, tolerance, scale_bits, scheme)
+    return votes, federated_report(sigma, n_parties, p.mode, p.tolerance, p.scale_bits, scheme)
 
 
 def federated_report(

@@ -10,27 +10,14 @@ Only the noisy histograms leave :meth:`VotingMechanism.release`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import numpy as np
 
 from wasp_vllm.privacy.accountant import PrivacyLedger
-from wasp_vllm.privacy.federated import federated_noisy_votes
+from wasp_vllm.privacy.federated import SecureAggregation, federated_noisy_votes
 from wasp_vllm.privacy.plan import PrivacyPlan
 from wasp_vllm.privacy.secrets import RunSecret
-from wasp_vllm.privacy.voting import NoisyVotes, noisy_votes
-
-
-@dataclass(frozen=True, repr=False)
-class Voters:
-    """The private side of a vote: one embedding and label per record (and its party)."""
-
-    embeddings: np.ndarray
-    labels: np.ndarray
-    parties: np.ndarray | None = None
-
-    def __repr__(self) -> str:  # never print private embeddings
-        return "Voters(...)"
+from wasp_vllm.privacy.voting import NoisyVotes, Voters, noisy_votes
 
 
 class VotingMechanism(ABC):
@@ -76,17 +63,13 @@ class FederatedVoting(VotingMechanism):
     def _noisy_votes(self, round_index: int, synth_emb: np.ndarray, synth_labels: np.ndarray) -> NoisyVotes:
         v, secret = self.voters, self.secret
         votes, _ = federated_noisy_votes(
-            v.embeddings,
-            v.labels,
-            self.parties,
+            v,
             synth_emb,
             synth_labels,
             self.q,
             self.sigma,
             noise=lambda party: secret.generator("federated-vote", round_index, party),
-            mode=self.plan.mode,
-            tolerance=self.tolerance,
-            n_parties=self.n_parties,
+            protocol=SecureAggregation(self.plan.mode, self.tolerance, self.n_parties),
         )
         return votes
 

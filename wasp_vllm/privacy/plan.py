@@ -16,6 +16,7 @@ from wasp_vllm.privacy.accountant import (
     GaussianRelease,
     Neighbour,
     PrivacyBudgetExceeded,
+    PrivacyUnit,
     get_accountant,
     neighbour_of,
     wasp_sensitivity,
@@ -80,8 +81,7 @@ def plan_privacy(
     rounds: int,
     q: int,
     mode: AccountantMode | str = AccountantMode.EXACT,
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
-    records_per_unit: int = 1,
+    unit: PrivacyUnit = PrivacyUnit(),
     *,
     extra_votes: int = 0,
     prior_share: float = 0.0,
@@ -98,7 +98,11 @@ def plan_privacy(
     epsilon = check_positive("epsilon", epsilon)
     delta = check_delta(delta)
     rounds = check_int("rounds", rounds, 1)
-    accountant, neighbour = get_accountant(mode), neighbour_of(neighbour)
+    accountant, neighbour, records_per_unit = (
+        get_accountant(mode),
+        neighbour_of(unit.neighbour),
+        unit.records_per_unit,
+    )
     sensitivity = wasp_sensitivity(q, neighbour, records_per_unit)
     fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, records_per_unit, sensitivity)
     compositions = rounds - 1 + extra_votes

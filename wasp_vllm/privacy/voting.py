@@ -63,6 +63,18 @@ def clean_histograms(
     return histogram_from_indices(near, n_synth), histogram_from_indices(far, n_synth)
 
 
+@dataclass(frozen=True, repr=False)
+class Voters:
+    """The private side of a vote: one embedding and label per record (and its party)."""
+
+    embeddings: np.ndarray
+    labels: np.ndarray
+    parties: np.ndarray | None = None
+
+    def __repr__(self) -> str:  # never print private embeddings
+        return "Voters(...)"
+
+
 @dataclass(frozen=True, eq=False)
 class NoisyVotes:
     """Noised vote histograms - safe to release (post-processing of a Gaussian mechanism).

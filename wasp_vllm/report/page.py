@@ -110,7 +110,7 @@ def default_out(run_dir: Path, operator: bool) -> Path:
 
 def operator_fid(view: RunView, private: str, m: int | None, seed: int | None) -> OperatorFigures:
     """FID of the synthetic set up to each round against the private records (``load_private``)."""
-    from wasp_vllm.data.records import load_private
+    from wasp_vllm.data.records import Columns, load_private
     from wasp_vllm.engines.embedder import Embedder
     from wasp_vllm.evaluation import fid_per_round, read_synthetic
     from wasp_vllm.tasks import get_task
@@ -132,8 +132,7 @@ def operator_fid(view: RunView, private: str, m: int | None, seed: int | None) -
     data = load_private(
         private,
         task,
-        text_col=str(cfg.get("text_col", "text")),
-        label_col=str(cfg.get("label_col", "label")),
+        Columns(str(cfg.get("text_col", "text")), str(cfg.get("label_col", "label"))),
         limit=m,
         seed=seed,
     )
