@@ -1,5 +1,6 @@
 """Every setting is spelled once: a command's options are its settings model's fields (``generate``
-and ``audit``: RunConfig; ``evaluate``: EvalSettings), with the model's help and default."""
+and ``audit``: RunConfig; ``privacy``: the RunConfig fields that decide sigma; ``evaluate``:
+EvalSettings; ``hotpate``: HotPateOptions), with the model's help and default."""
 
 from __future__ import annotations
 
@@ -12,8 +13,20 @@ from typer.core import TyperArgument, TyperGroup, TyperOption
 from typer.testing import CliRunner
 
 from wasp_vllm.cli import app
+from wasp_vllm.cli.commands import PRIVACY_SETTINGS
 from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation.settings import EvalSettings
+from wasp_vllm.hotpate.options import HotPateOptions
+
+
+#: The options a command has beside its settings' (where it writes, how it treats what is there).
+OWN_OPTIONS = {
+    "generate": {"config", "out", "resume", "overwrite", "dry_run", "verbose"},
+    "audit": {"config", "out", "canaries", "out_guesses", "confidence", "overwrite"},
+    "privacy": set(),
+    "evaluate": {"synthetic", "out"},
+    "hotpate": {"out", "overwrite"},
+}
 
 
 def _options(command: str = "generate") -> dict[str, TyperOption | TyperArgument]:
@@ -24,11 +37,21 @@ def _options(command: str = "generate") -> dict[str, TyperOption | TyperArgument
 
 
 @pytest.mark.parametrize(
-    ("command", "model"), [("generate", RunConfig), ("audit", RunConfig), ("evaluate", EvalSettings)]
+    ("command", "model", "fields"),
+    [
+        ("generate", RunConfig, None),
+        ("audit", RunConfig, None),
+        ("privacy", RunConfig, PRIVACY_SETTINGS),
+        ("evaluate", EvalSettings, None),
+        ("hotpate", HotPateOptions, None),
+    ],
 )
-def test_every_settings_field_is_an_option_with_its_help_and_default(command, model: type[BaseModel]):
+def test_every_settings_field_is_an_option_with_its_help_and_default(command, model: type[BaseModel], fields):
     options = _options(command)
-    for name, field in model.model_fields.items():
+    chosen = {n: f for n, f in model.model_fields.items() if fields is None or n in fields}
+    assert fields is None or set(chosen) == set(fields)
+    assert set(options) == set(chosen) | OWN_OPTIONS[command], "an option spelled by hand"
+    for name, field in chosen.items():
         assert name in options, f"setting {name} has no command-line option"
         option = options[name]
         assert option.help is not None, f"option {name} has no help"

@@ -12,8 +12,9 @@ from rich.table import Table
 
 from wasp_vllm.cli.app import app, console, friendly_errors, setup_logging
 from wasp_vllm.cli.options import settings_command
-from wasp_vllm.config import build_settings
+from wasp_vllm.config import RunConfig, build_settings
 from wasp_vllm.evaluation.settings import EvalSettings
+from wasp_vllm.hotpate.options import HotPateOptions
 
 if TYPE_CHECKING:
     from wasp_vllm.evaluation.results import SyntheticScores
@@ -44,34 +45,9 @@ def evaluate(
 
 
 @app.command()
+@settings_command(HotPateOptions)
 def hotpate(
-    private: Annotated[str, typer.Option(help="Private data: a file, or 'drugs' (its fit split).")] = "drugs",
-    task: Annotated[str, typer.Option(help="Task name or task file.")] = "drugs",
-    text_col: Annotated[str, typer.Option(help="Text column of the private file.")] = "text",
-    label_col: Annotated[str, typer.Option(help="Label column of the private file.")] = "label",
-    private_limit: Annotated[
-        int, typer.Option("--m", help="Draw M records (keyed hash); M is public and sizes the teachers.")
-    ] = 600,
-    records_per_teacher: Annotated[
-        int, typer.Option(help="Records per teacher: ceil(M / (this * labels)) teachers per label.")
-    ] = 1,
-    teachers: Annotated[int | None, typer.Option(help="Teachers per label (overrides the sizing).")] = None,
-    accounting: Annotated[
-        str, typer.Option(help="'gaussian' (pay per query) or 'target-charging' (pay per borderline call).")
-    ] = "gaussian",
-    threshold_fraction: Annotated[
-        float, typer.Option(help="Threshold as a share of the teachers; sets the noise of either accounting.")
-    ] = 0.9,
-    max_tokens: Annotated[int, typer.Option(help="Tokens per synthetic record.")] = 48,
-    n: Annotated[int, typer.Option("--n", help="Synthetic records to write.")] = 10,
-    model: Annotated[str, typer.Option(help="PLM preset or model directory.")] = "smollm2",
-    engine: Annotated[str, typer.Option(help="'hf' (transformers), 'vllm' (top-K) or 'auto'.")] = "auto",
-    epsilon: Annotated[float, typer.Option(help="Privacy budget for all generated tokens.")] = 4.0,
-    delta: Annotated[float, typer.Option(help="Privacy parameter delta.")] = 1e-5,
-    ensemble: Annotated[
-        str, typer.Option(help="'coordinated' (Hot PATE) or 'independent' (cold PATE).")
-    ] = "coordinated",
-    seed: Annotated[int, typer.Option(help="Seed of the shared randomness and prompts.")] = 0,
+    settings: dict[str, Any],
     out: Annotated[Path, typer.Option(help="Output directory (synthetic.parquet, manifest.json).")] = Path(
         "runs/hotpate"
     ),
@@ -88,42 +64,43 @@ def hotpate(
         from wasp_vllm.privacy.sampling import voting_neighbour
         from wasp_vllm.tasks import get_task
 
-        spec = get_task(task)
-        data = load_private(private, spec, Columns(text_col, label_col), limit=private_limit, seed=seed)
+        o = build_settings(HotPateOptions, settings)
+        spec = get_task(o.task)
+        columns = Columns(o.text_col, o.label_col)
+        data = load_private(o.private, spec, columns, limit=o.private_limit, seed=o.seed)
         store = RunStore(out)
         store.prepare(resume=False, overwrite=overwrite)
         with store.one_shot_secret() as secret:  # never --seed; Hot PATE never resumes: the key goes
             # The --m draw swaps at most one record, which may touch two teachers: replace neighbours.
             table, report = run_hotpate(
                 data.texts, [spec.labels[i] for i in data.labels], spec.labels,
-                teacher=TeacherModel(model, engine), accounting=accounting, task=subject_for(spec.name),
-                requested_m=private_limit,
-                records_per_teacher=records_per_teacher, teachers=teachers, ensemble=ensemble,
-                threshold_fraction=threshold_fraction, max_tokens=max_tokens, n_samples=n, epsilon=epsilon,
-                delta=delta, seed=seed, neighbour=voting_neighbour("add_remove", selected=True).value,
-                noise_rng=secret.generator("hotpate"),
+                teacher=TeacherModel(o.model, o.engine), task=subject_for(spec.name),
+                neighbour=voting_neighbour("add_remove", selected=True).value,
+                noise_rng=secret.generator("hotpate"), **o.run_settings(),
             )  # fmt: skip
-            console.print(publish(out, table, report, accounting, private_limit, delta), markup=False)
+            console.print(publish(out, table, report, o.accounting, o.private_limit, o.delta), markup=False)
+
+
+#: The run settings that decide sigma (``wasp-vllm privacy``: generate's options and defaults).
+PRIVACY_SETTINGS = ("epsilon", "delta", "rounds", "q", "max_records_per_user")
 
 
 @app.command()
-def privacy(
-    epsilon: Annotated[float, typer.Option(help="Target epsilon.")] = 4.0,
-    delta: Annotated[float, typer.Option(help="Target delta.")] = 1e-5,
-    rounds: Annotated[int, typer.Option(help="Rounds T (T-1 of them vote).")] = 5,
-    q: Annotated[int, typer.Option("--q", help="Top-Q votes per private record.")] = 8,
-    records_per_unit: Annotated[int, typer.Option(help="Records per user (user-level DP).")] = 1,
-) -> None:
+@settings_command(RunConfig, PRIVACY_SETTINGS)
+def privacy(settings: dict[str, Any]) -> None:
     """Print the noise scale sigma under both accountants for these settings."""
     with friendly_errors():
         from wasp_vllm.privacy.accountant import PrivacyUnit
         from wasp_vllm.privacy.plan import plan_privacy
 
+        cfg = build_settings(RunConfig, settings)
+        epsilon, delta, rounds, q = cfg.epsilon, cfg.delta, cfg.rounds, cfg.q
+        per_unit = cfg.max_records_per_user or 1
         table = Table(title=f"eps={epsilon}, delta={delta}, T={rounds}, Q={q}")
         for col in ("accountant", "neighbour", "sensitivity", "sigma", "eps actually spent (exact)"):
             table.add_column(col)
         for mode, neighbour in (("paper", "add_remove"), ("exact", "add_remove"), ("exact", "replace")):
-            plan = plan_privacy(epsilon, delta, rounds, q, mode, PrivacyUnit(neighbour, records_per_unit))
+            plan = plan_privacy(epsilon, delta, rounds, q, mode, PrivacyUnit(neighbour, per_unit))
             sigma = "-" if plan.sigma is None else f"{plan.sigma:.3f}"
             table.add_row(
                 mode, neighbour, f"{plan.sensitivity:.4f}", sigma, f"{plan.epsilon_exact_spent:.3f}"

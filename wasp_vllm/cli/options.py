@@ -17,7 +17,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Annotated, Any, Literal
 
 import typer
@@ -53,10 +53,14 @@ def _help(field: FieldInfo, choices: list[str]) -> str:
     return f"{text} (default: {shown})" if default is not None else text
 
 
-def settings_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
-    """One keyword parameter per field of ``model``, annotated with its Typer option."""
+def settings_parameters(
+    model: type[BaseModel], fields: Collection[str] | None = None
+) -> list[inspect.Parameter]:
+    """One keyword parameter per field of ``model`` (or of ``fields``), annotated with its Typer option."""
     params = []
     for name, field in model.model_fields.items():
+        if fields is not None and name not in fields:
+            continue
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         cli_type, choices = _cli_type(field.annotation)
         decls = [str(extra["flag"])] if extra.get("flag") else []
@@ -74,8 +78,11 @@ def settings_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
     return params
 
 
-def settings_command(model: type[BaseModel]) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """``command(settings, **own_options)`` as a Typer callback taking every option of ``model``.
+def settings_command(
+    model: type[BaseModel], fields: Collection[str] | None = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``command(settings, **own_options)`` as a Typer callback taking every option of ``model``
+    (or only those of ``fields``: a command that needs a few of a model's settings).
 
     ``command``'s own keyword parameters (``--config``, ``--out``, ...) keep their annotations;
     the settings' options are collected into ``settings`` (only those given on the command line).
@@ -86,14 +93,14 @@ def settings_command(model: type[BaseModel]) -> Callable[[Callable[..., None]], 
             p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
             for p in list(inspect.signature(command, eval_str=True).parameters.values())[1:]
         ]
-        fields = set(model.model_fields)
+        names = set(model.model_fields if fields is None else fields)
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> None:
-            settings = {k: v for k, v in kwargs.items() if k in fields and v is not None}
-            command(settings, **{k: v for k, v in kwargs.items() if k not in fields})
+            settings = {k: v for k, v in kwargs.items() if k in names and v is not None}
+            command(settings, **{k: v for k, v in kwargs.items() if k not in names})
 
-        params = [*settings_parameters(model), *own]
+        params = [*settings_parameters(model, fields), *own]
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
         del wrapper.__wrapped__  # Typer must read the new signature, not the wrapped one
