@@ -189,7 +189,8 @@ def notes(payload: dict[str, Any]) -> list[str]:
         "54 of 600 records) leaves most of its teachers empty: their agreement is the public prompt's."
     )
     out.append(
-        "Neighbours are replace (the CLI always draws --m): the Gaussian ledgers use sensitivity 2, target "
-        "charging (eps/2, delta/2) per label at 2 votes.  delta = 1e-5."
+        "Neighbours are replace (the CLI always draws --m): the Gaussian ledgers use sensitivity 2 sqrt 2 "
+        "(two teachers of one ensemble may each move a vote; 2 before issue 21), target charging "
+        "(eps/2, delta/2) per label at 2 votes.  delta = 1e-5."
     )
     return out

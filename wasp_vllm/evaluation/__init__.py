@@ -6,15 +6,13 @@ round); ``evaluate_private_only`` is the OnlyPrivate (non-DP) reference.  The bu
 blocks take plain arrays so they can be reused and tested without files or models.
 """
 
+from wasp_vllm.evaluation.bert import BertSettings, fit_predict_bert, resolve_bert_path
 from wasp_vllm.evaluation.classifier import (
     TASK_MODELS,
-    BertSettings,
     EvalReport,
     LabelledTexts,
     TextEncoder,
-    fit_predict_bert,
     fit_predict_logreg,
-    resolve_bert_path,
     train_and_score,
 )
 from wasp_vllm.evaluation.common import EvaluationError, to_label_indices

@@ -6,7 +6,8 @@ this module returns is computed on the raw private records, so all of it is the 
 
 from __future__ import annotations
 
-from wasp_vllm.evaluation.classifier import BertSettings, LabelledTexts, TextEncoder, train_and_score
+from wasp_vllm.evaluation.bert import BertSettings
+from wasp_vllm.evaluation.classifier import LabelledTexts, TextEncoder, train_and_score
 from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import label_balance
 from wasp_vllm.evaluation.results import PrivateOnlyScores

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wasp_vllm.evaluation.bert import BertSettings
 from wasp_vllm.evaluation.classifier import (
-    BertSettings,
     LabelledTexts,
     TextEncoder,
     label_agreement,

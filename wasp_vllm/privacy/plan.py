@@ -98,26 +98,24 @@ def plan_privacy(
     epsilon = check_positive("epsilon", epsilon)
     delta = check_delta(delta)
     rounds = check_int("rounds", rounds, 1)
-    accountant, neighbour, records_per_unit = (
+    accountant, neighbour, per_unit = (
         get_accountant(mode),
         neighbour_of(unit.neighbour),
         unit.records_per_unit,
     )
-    sensitivity = wasp_sensitivity(q, neighbour, records_per_unit)
-    fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, records_per_unit, sensitivity)
+    sensitivity = wasp_sensitivity(q, neighbour, per_unit)
+    fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, per_unit, sensitivity)
     compositions = rounds - 1 + extra_votes
-    prior = _prior(epsilon, delta, neighbour, records_per_unit, prior_share, accountant)
+    prior = _prior(epsilon, delta, neighbour, per_unit, prior_share, accountant)
     if compositions == 0 and prior is None:
         logger.debug("rounds == 1: no voting round, no noise needed, no privacy spent")
         return PrivacyPlan(*fixed, 0, None, 0.0, 0.0)
     votes_epsilon = epsilon if prior is None else prior[2]
     sigma = (
-        accountant.sigma(votes_epsilon, delta, sensitivity, compositions, records_per_unit)
-        if compositions
-        else None
+        accountant.sigma(votes_epsilon, delta, sensitivity, compositions, per_unit) if compositions else None
     )
     releases = [
-        GaussianRelease(t, sigma, sensitivity, neighbour.value, records_per_unit)
+        GaussianRelease(t, sigma, sensitivity, neighbour.value, per_unit)
         for t in range(compositions)
         if sigma is not None
     ]
