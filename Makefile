@@ -33,7 +33,7 @@ demo: $(STAMP)
 		--epsilon 4 --delta 1e-5 --q 8 --s 8 --max-new-tokens 64 --out runs/demo --overwrite
 
 test: lint
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25  # the slowest tests, in the CI log too
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

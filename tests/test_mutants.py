@@ -246,8 +246,8 @@ MUTANTS = {
         "wasp_vllm/pipeline/context.py",
         (
             (
-                '        records_per_unit=(cfg.max_records_per_user or 1) if cfg.privacy_unit == "user" else 1,',
-                "        records_per_unit=1,",
+                '            (cfg.max_records_per_user or 1) if cfg.privacy_unit == "user" else 1,',
+                "            1,",
             ),
         ),
         (f"{AUDIT}::test_user_level_runs_are_audited_at_k_records",),
