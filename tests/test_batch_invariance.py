@@ -124,7 +124,7 @@ def test_transformers_teachers_are_padded_to_a_length_from_public_settings(monke
     run = HotPateSettings(
         n_samples=4, epsilon=1.0, delta=1e-5, teachers=4, task="drugs", max_example_chars=120
     )
-    factory, _ = generate._source_factory("hf", "smollm2", None, None, run, ["good", "bad"], 20)
+    factory, _ = generate._source_factory(generate.TeacherModel("smollm2", "hf"), run, ["good", "bad"])
     factory(["private prompt one", "private prompt two"])
     factory(["another label's prompts"])
     assert built == [321, 321]

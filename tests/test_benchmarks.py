@@ -137,3 +137,33 @@ def test_interleave_rotates_the_order() -> None:
     assert all(r["tokens"] == 10 for v in runs.values() for r in v)
     ratios = gen_workload.paired_ratios({"x": [{"tps": 2.0}], "y": [{"tps": 4.0}]}, "x", "y", "tps")
     assert ratios == [0.5]
+
+
+def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_seed():
+    """quality_tasks' arithmetic, on made-up scores (its slow test runs the real harness on one task)."""
+    import tasks_report
+
+    def run(task: str, method: str, seed: int, f1: float) -> dict:
+        return {"task": task, "method": method, "seed": seed, "macro_f1": f1, "accuracy": f1,
+                "label_agreement": None, "fid": 1.0, "gen_s": 1.0}  # fmt: skip
+
+    scores = {("tweets", "wasp"): (0.5, 0.7), ("tweets", "fusegen"): (0.4, 0.4),
+              ("trec", "wasp"): (0.3, 0.1), ("trec", "fusegen"): (0.2, 0.2)}  # fmt: skip
+    runs = [run(t, m, seed, f1s[seed]) for (t, m), f1s in scores.items() for seed in (0, 1)]
+    runs.append({**run("trec", "wasp", 2, 0.9), "error": "crashed"})  # a failed run is left out
+    runs.append(run("tweets", "wasp", 2, 0.9))  # seed 2 only on one task: not averaged
+    tasks = tasks_report.per_task(runs)
+    assert tasks["trec"]["wasp"]["seeds"] == [0, 1] and tasks["tweets"]["wasp"]["seeds"] == [0, 1, 2]
+    average = tasks_report.averaged(tasks, ["tweets", "trec"], ["wasp", "fusegen", "aug-pe"])
+    assert set(average) == {"wasp", "fusegen"}  # a method missing on a task has no average
+    assert average["wasp"]["seeds"] == [0, 1] and average["wasp"]["macro_f1"] == pytest.approx([0.4, 0.4])
+    assert average["wasp"]["label_agreement"] == [None, None]
+    paired = tasks_report.paired_all(tasks, average, [{"versus": ("wasp", "fusegen")}])
+    tweets = paired["tweets"]["wasp − fusegen"]["macro_f1"]
+    assert tweets["seeds"] == [0, 1] and tweets["diffs"] == pytest.approx([0.1, 0.3])
+    assert tweets["verdict"] == "gap"  # mean 0.2, std 0.14
+    mean = paired["average"]["wasp − fusegen"]["macro_f1"]
+    assert (
+        mean["diffs"] == pytest.approx([0.1, 0.1])
+        and "label_agreement" not in paired["average"]["wasp − fusegen"]
+    )

@@ -96,9 +96,9 @@ def _check_run(
 def test_pipeline_on_vllm_two_packaged_plms(tmp_path):
     out = tmp_path / "vllm"
     manifest = _run_generate(
-        out, "vllm", "smollm2,gemma3", 40, "--later-prompt", "contrastive"
+        out, "vllm", "smollm2,gemma3", 24, "--later-prompt", "contrastive"
     )  # the paper's
-    _check_run(out, manifest, {"smollm2", "gemma3"}, 40, later="contrastive")
+    _check_run(out, manifest, {"smollm2", "gemma3"}, 24, later="contrastive")
 
 
 def test_federated_pipeline_on_hf_two_packaged_plms(tmp_path):
