@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -213,6 +213,14 @@ class Columns:
     user: str | None = None
 
 
+def _table_and_columns(source: str, split: str, columns: Columns) -> tuple[pa.Table, Columns]:
+    """The table of a file or built-in set, and its columns: a built-in's own, else ``columns``."""
+    table, builtin = source_table(source, split)
+    if builtin is None:
+        return table, columns
+    return table, Columns(builtin.text_col, builtin.label_col, builtin.attribute_col)
+
+
 def table_to_set(table: pa.Table, task: TaskSpec, source: str, columns: Columns = Columns()) -> PrivateSet:
     """Validate an Arrow table against ``task`` and turn it into a PrivateSet."""
     c = columns
@@ -285,9 +293,7 @@ def load_private(
     small-M setting of the paper (e.g. M=100) can be reproduced from a larger
     file; ``cap`` first keeps at most that many records per user.
     """
-    table, builtin = source_table(source, "fit")
-    if builtin is not None:
-        columns = Columns(builtin.text_col, builtin.label_col, builtin.attribute_col)
+    table, columns = _table_and_columns(source, "fit", columns)
     data = table_to_set(table, task, str(source), columns)
     data = draw_records(data, limit, seed, cap)
     debug_private(
@@ -298,9 +304,7 @@ def load_private(
 
 def load_test(source: str, task: TaskSpec, columns: Columns = Columns()) -> PrivateSet:
     """Load a labelled test set from a file, or the built-in 'drugs' set (test split)."""
-    table, builtin = source_table(source, "test")
-    if builtin is not None:
-        columns = Columns(builtin.text_col, builtin.label_col, builtin.attribute_col)
-    data = table_to_set(table, task, str(source), Columns(columns.text, columns.label, columns.attribute))
+    table, columns = _table_and_columns(source, "test", columns)
+    data = table_to_set(table, task, str(source), replace(columns, user=None))  # no users in a test set
     logger.info("test set from %s: %d records", source, len(data))
     return data

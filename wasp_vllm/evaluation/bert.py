@@ -91,7 +91,8 @@ def fit_predict_bert(
 ) -> np.ndarray:
     """Fine-tune a sequence classifier (``settings.path``) on the training texts and predict the
     test texts."""
-    path = resolve_bert_path((settings or BertSettings()).path)  # before the slow imports: fail fast
+    cfg = settings or BertSettings()
+    path = resolve_bert_path(cfg.path)  # before the slow imports, so a missing model fails fast
     import torch
     from transformers import (
         AutoModelForSequenceClassification,
@@ -99,7 +100,6 @@ def fit_predict_bert(
         get_linear_schedule_with_warmup,
     )
 
-    cfg = settings or BertSettings()
     device = torch_device(cfg.device)
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)

@@ -47,7 +47,7 @@ def evaluate_private_only(
     report = train_and_score(
         LabelledTexts(private.texts, private.labels), LabelledTexts(test.texts, test.labels), task.labels,
         model=settings.model, embedder=enc, seed=settings.seed,
-        bert=(bert_settings or BertSettings()).at(settings.bert_path),
+        bert=settings.bert(bert_settings),
     )  # fmt: skip
     return PrivateOnlyScores(
         task=task.name, model=str(settings.model),

@@ -206,7 +206,7 @@ def evaluate_synthetic(
     )
     report = train_and_score(
         train, LabelledTexts(test.texts, test.labels), task.labels, model=settings.model, embedder=enc,
-        seed=settings.seed, bert=(bert_settings or BertSettings()).at(settings.bert_path),
+        seed=settings.seed, bert=settings.bert(bert_settings),
     )  # fmt: skip
     public, operator = None, None
     if enc is not None and synth_emb is not None:

@@ -16,6 +16,7 @@ from wasp_vllm.config import setting
 
 if TYPE_CHECKING:
     from wasp_vllm.data.records import Columns
+    from wasp_vllm.evaluation.bert import BertSettings
 
 # Help panels of `wasp-vllm evaluate --help`.
 SCORED, REAL, MODEL = "What is scored", "Real records beside it", "Task model"
@@ -78,3 +79,9 @@ class EvalSettings(BaseModel):
         from wasp_vllm.data.records import Columns
 
         return Columns(self.text_col, self.label_col)
+
+    def bert(self, recipe: BertSettings | None = None) -> BertSettings:
+        """The fine-tuning recipe (default: BertSettings') with ``--bert-path`` as its encoder."""
+        from wasp_vllm.evaluation.bert import BertSettings
+
+        return (recipe or BertSettings()).at(self.bert_path)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -254,7 +254,8 @@ def run_hotpate(
     check_inputs(private_texts, private_labels, label_names, run)
     plm, used = teacher.model, "custom"
     if source_factory is None:
-        used = teacher.resolved_engine()
+        teacher = replace(teacher, engine=teacher.resolved_engine())  # asks for a GPU once
+        used = teacher.engine
         source_factory, plm = _source_factory(teacher, run, label_names)
     table, report = generate_hotpate(
         private_texts, private_labels, label_names, source_factory, run, plm, fallback, noise_rng
