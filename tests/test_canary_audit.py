@@ -10,6 +10,7 @@ runs the real SmolLM2 engine.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import secrets
@@ -29,6 +30,7 @@ from wasp_vllm.cli import app
 from wasp_vllm.engines.base import Completion
 from wasp_vllm.ops.audit import (
     AUDIT_FILE,
+    SIGNATURE_WORDS,
     Canary,
     CanaryDesign,
     audit,
@@ -79,6 +81,30 @@ def test_echo_scores_and_guesses():
     assert echo_scores(canaries[:1], ["a" + word[:-1]])[0] == 0  # an insertion and a deletion: two edits
     with pytest.raises(ValueError, match="out guesses"):
         guess_membership(scores, out_guesses=6)
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance by the textbook table (an independent check of the audit's bounded one)."""
+    table = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            table[i][j] = min(
+                table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
+    return table[-1][-1]
+
+
+def test_a_misspelt_copy_of_one_canary_never_echoes_another():
+    """Made-up words from a small syllable set: unchecked, 64 canaries held ~40 pairs of words two
+    edits apart, so a PLM's one-letter slip in copying one canary was an "in" guess for another."""
+    canaries = make_canaries(LABELS, 64, secrets.SystemRandom())
+    words = [(k, w) for k, c in enumerate(canaries) for w in c.signature.split()]
+    assert min(_edit_distance(a, b) for (i, a), (j, b) in itertools.combinations(words, 2)) >= 3
+    for k, canary in enumerate(canaries):
+        word = canary.signature.split()[k % SIGNATURE_WORDS]
+        slip = word[:2] + ("q" if word[2] != "q" else "x") + word[3:]
+        scores = echo_scores(canaries, [f"a review that copied {slip} once"])
+        assert scores[k] > 0 and np.count_nonzero(scores) == 1
 
 
 class EchoEngineForUnitTests(FakeEngineForUnitTests):
@@ -160,7 +186,8 @@ def test_canaries_are_records_of_the_task(tmp_path):
 
 def _real_audit(out: Path):
     # 288 samples: each record is shown in about 12 prompts under the planted leak
-    # epsilon 0.3: the leak gave 8-17 right guesses in five runs here, 6 of 6 already refute 0.43
+    # epsilon 0.3: 6 of 6 right guesses already refute 0.43.  Before canaries were kept 3 edits apart, CI
+    # saw 10 of 12 (bound 0.25); after, three runs here gave 10/10, 13/13, 12/12 under the leak, 0-1 without
     settings = {**SETTINGS, "plms": ["smollm2"], "max_new_tokens": 40, "n": 288, "epsilon": 0.3}
     return audit(_records(), out=out, text_col="review", label_col="rating", **settings)
 

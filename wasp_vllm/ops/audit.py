@@ -42,6 +42,8 @@ from wasp_vllm.privacy.audit import one_run_epsilon_lower_bound
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "sk")
 _NUCLEI = ("a", "e", "i", "o", "u", "ai", "ou")
 SIGNATURE_WORDS = 6
+#: Edits between any two canaries' words: a one-letter misspelling of one is still two from another.
+MIN_SEPARATION = 3
 AUDIT_FILE = "audit.json"
 
 
@@ -106,21 +108,40 @@ class CanaryAudit:
 
 
 def make_canaries(labels: Sequence[str], m: int, rng: secrets.SystemRandom) -> list[Canary]:
-    """``m`` canaries spread over the labels, each with a distinct signature of made-up words."""
+    """``m`` canaries spread over the labels, each with a signature of made-up words.  Every word is
+    at least :data:`MIN_SEPARATION` edits from every other canary's words, so a copy of one canary
+    misspelt by one letter never counts as an echo of another (the attack's false "in" guesses)."""
     canaries: list[Canary] = []
-    seen: set[str] = set()
+    taken: list[str] = []
     while len(canaries) < m:
         words = [
             "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(3))
             for _ in range(SIGNATURE_WORDS)
         ]
-        signature = " ".join(words)
-        if signature in seen:
+        if any(
+            _within(w, other, MIN_SEPARATION - 1)
+            for i, w in enumerate(words)
+            for other in [*taken, *words[:i]]
+        ):
             continue
-        seen.add(signature)
+        taken += words
         label = labels[len(canaries) % len(labels)]
-        canaries.append(Canary(label, f"About {label}:", signature))
+        canaries.append(Canary(label, f"About {label}:", " ".join(words)))
     return canaries
+
+
+def _within(a: str, b: str, edits: int) -> bool:
+    """Whether ``a`` and ``b`` are at most ``edits`` insertions, deletions or substitutions apart."""
+    if abs(len(a) - len(b)) > edits:
+        return False
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ca != cb))
+        if min(row) > edits:
+            return False  # the distance never falls again
+    return row[-1] <= edits
 
 
 def _words(text: str) -> set[str]:
