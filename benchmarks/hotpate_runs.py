@@ -9,11 +9,13 @@ private records - an operator-only figure, fine here because the "private" set i
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -93,8 +95,29 @@ def run_wasp(m: int) -> dict[str, Any]:
     return row
 
 
-def run_all(m: int) -> list[dict[str, Any]]:
-    return [*(run_one(acc, m) for acc in ("gaussian", "target-charging")), run_wasp(m)]
+RUN_NAMES = ("gaussian", "target-charging", "wasp")
+RAN_BEFORE_DATES = "before 2026-11-26"  # rows saved before the runs had a date
+
+
+def run_all(m: int, names: Sequence[str], previous: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The named runs made now; the others carried from ``previous`` (a saved payload's runs).  Each
+    row says the day it ran (``ran``), so a table never passes an old run for a new one."""
+    unknown = set(names) - set(RUN_NAMES)
+    if unknown:
+        raise ValueError(f"unknown runs {sorted(unknown)}: choose from {', '.join(RUN_NAMES)}")
+    old = {_name(r): r for r in previous}
+    rows = []
+    for name in RUN_NAMES:
+        if name in names:
+            row = run_wasp(m) if name == "wasp" else run_one(name, m)
+            rows.append({**row, "ran": datetime.date.today().isoformat()})
+        elif name in old:
+            rows.append({"ran": RAN_BEFORE_DATES, **old[name]})
+    return rows
+
+
+def _name(row: dict[str, Any]) -> str:
+    return "wasp" if row["accounting"].startswith("WASP") else row["accounting"]
 
 
 def tables(runs: list[dict[str, Any]]) -> list[report.Table]:
@@ -118,6 +141,7 @@ def tables(runs: list[dict[str, Any]]) -> list[report.Table]:
                 "label agreement",
                 "FID",
                 "wall s",
+                "ran",
             ],
             [
                 [
@@ -134,6 +158,7 @@ def tables(runs: list[dict[str, Any]]) -> list[report.Table]:
                     r["label_agreement"],
                     r["fid"],
                     r["wall_s"],
+                    r.get("ran", RAN_BEFORE_DATES),
                 ]
                 for r in runs
             ],

@@ -15,10 +15,10 @@ decode step of 68 cached prompts), so the figures come from a *sample of token p
 ``hotpate_measure`` walks real records with the real teachers (``k`` records per teacher) and keeps,
 per position, the top vote counts of 16 coordinated draws; ``hotpate_simulate`` replays them
 under the real accountants.  The same replay, with the measured agreement fractions, extrapolates
-to more teachers: the M at which most tokens could be private.  ``--runs`` adds real CLI runs of
-the done command (and ``evaluate`` on their records).
+to more teachers: the M at which most tokens could be private.  ``--runs`` makes real CLI runs of
+the done command (and ``evaluate`` on their records); runs not named are kept from the last result.
 
-Run ``python benchmarks/hotpate_yields.py [--measure] [--runs]``; writes
+Run ``python benchmarks/hotpate_yields.py [--measure] [--runs gaussian,target-charging,wasp]``; writes
 ``benchmarks/results/hotpate_yields.{md,json,png}`` (the walks are cached in ``runs/``).
 """
 
@@ -171,7 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--k", default="1,3", help="records per teacher, comma-separated (the default first)")
     p.add_argument("--records", type=int, default=2, help="records walked per label (measurement)")
     p.add_argument("--measure", action="store_true", help="walk the real teachers again (~15 min per k)")
-    p.add_argument("--runs", action="store_true", help="also real CLI runs of the done command")
+    runs = ",".join(hotpate_runs.RUN_NAMES)
+    p.add_argument("--runs", default="", help=f"real CLI runs to make now, comma-separated from {runs} "
+                   "(~18 min each); the others are kept from the JSON in --out")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--limit", type=int, default=12000, help="largest teachers per label extrapolated")
     p.add_argument("--out", type=Path, default=report.RESULTS)
@@ -193,8 +195,9 @@ def main(argv: list[str] | None = None) -> None:
 
             report.write_json(path, hotpate_measure.measure("smollm2", args.m, k, args.records, 16, 48, 0))
     payload["by_k"] = [one_k(k, args.m, args.limit, args.seeds) for k in ks]
-    if args.runs:
-        payload["runs"] = hotpate_runs.run_all(args.m)
+    saved = args.out / "hotpate_yields.json"
+    previous = report.read_json(saved).get("runs", []) if saved.exists() else []
+    payload["runs"] = hotpate_runs.run_all(args.m, [r for r in args.runs.split(",") if r], previous)
     payload["notes"] = hotpate_runs.notes(payload)
     report.write_all(args.out, "hotpate_yields", TITLE, report.finish(payload), tables(payload), plot)
 

@@ -70,6 +70,14 @@ def test_every_settings_field_is_an_option_with_its_help_and_default(command, mo
             assert f"(default: {shown})" in option.help, name
 
 
+def test_options_beside_the_settings_take_their_defaults_from_where_they_are_used():
+    from wasp_vllm.ops.audit import CanaryDesign
+
+    audit, design = _options("audit"), CanaryDesign()
+    assert {n: audit[n].default for n in ("canaries", "out_guesses", "confidence")} == vars(design)
+    assert _options("models")["task"].default == RunConfig.model_fields["task"].default
+
+
 def test_evaluate_options_reach_its_settings(monkeypatch, tmp_path):
     seen = {}
 

@@ -9,6 +9,9 @@ import typer
 
 from wasp_vllm.cli.app import app, chatter_to_file, console, friendly_errors, setup_logging
 from wasp_vllm.cli.options import config_command
+from wasp_vllm.ops.audit import CanaryDesign
+
+DESIGN = CanaryDesign()  # the audit's defaults, written once (in CanaryDesign)
 
 
 @app.command()
@@ -23,12 +26,12 @@ def audit(
     ] = Path("runs/audit"),
     canaries: Annotated[
         int, typer.Option(help="Canary records, each put in the data by a secret fair coin (64+ for power).")
-    ] = 64,
+    ] = DESIGN.canaries,
     out_guesses: Annotated[
         int,
         typer.Option(help="Also guess 'out' for this many of the canaries that echo least (default: none)."),
-    ] = 0,
-    confidence: Annotated[float, typer.Option(help="Confidence of the lower bound.")] = 0.95,
+    ] = DESIGN.out_guesses,
+    confidence: Annotated[float, typer.Option(help="Confidence of the lower bound.")] = DESIGN.confidence,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run already in --out.")] = False,
 ) -> None:
     """Audit these settings: canaries in the private data, one real run, a membership attack on
@@ -37,7 +40,6 @@ def audit(
     audit's run spends privacy on the canaries: publish a separate run."""
     setup_logging(False)
     with friendly_errors():
-        from wasp_vllm.ops.audit import CanaryDesign
         from wasp_vllm.ops.audit import audit as run_audit
 
         with chatter_to_file(False, out):

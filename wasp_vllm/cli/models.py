@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from wasp_vllm.cli.app import app, friendly_errors
+from wasp_vllm.config import RunConfig
 from wasp_vllm.engines.presets import PACKAGED, PRESETS, PLMPreset
 
 
@@ -21,7 +22,9 @@ def models(
             help="Print how a task prompt reaches this preset (its chat template filled in), then stop."
         ),
     ] = None,
-    task: Annotated[str, typer.Option(help="Task whose zero-shot prompt --show-prompt renders.")] = "drugs",
+    task: Annotated[
+        str, typer.Option(help="Task whose zero-shot prompt --show-prompt renders.")
+    ] = RunConfig.model_fields["task"].default,
 ) -> None:
     """List the PLM presets: hub id, GPU memory in bf16, prompt format, sampling, and whether each
     resolves on this machine (from the local Hugging Face cache; nothing is downloaded or loaded)."""
