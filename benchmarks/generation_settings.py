@@ -73,7 +73,9 @@ def one_run(name: str, rep: int, args: argparse.Namespace, pool: EnginePool, emb
         **SETTINGS[name],
     )
     out = Path(args.work) / f"{name}_r{rep}"
-    manifest = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True)
+    manifest = (
+        Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True).to_json()
+    )
     gen_s = sum(v for k, v in manifest["timings_s"].items() if k.startswith("generation:"))
     scored = EvalSettings(test="drugs", task="drugs", private="drugs", seed=rep, private_limit=100)
     ev = evaluate_synthetic(out / "synthetic.parquet", scored, embedder=embedder)

@@ -325,7 +325,9 @@ def run_one(
     cfg = run_config(method, seed, data, settings)
     out = settings.work / f"{method.key.replace(':', '-')}_s{seed}"
     started_before = sum(pool.startup_s.values())
-    manifest = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True)
+    manifest = (
+        Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True).to_json()
+    )
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup
     ev = evaluate_synthetic(out / "synthetic.parquet", eval_settings(data, method, seed), embedder=embedder)

@@ -172,8 +172,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--records", type=int, default=2, help="records walked per label (measurement)")
     p.add_argument("--measure", action="store_true", help="walk the real teachers again (~15 min per k)")
     runs = ",".join(hotpate_runs.RUN_NAMES)
-    p.add_argument("--runs", default="", help=f"real CLI runs to make now, comma-separated from {runs} "
-                   "(~18 min each); the others are kept from the JSON in --out")
+    p.add_argument(
+        "--runs",
+        default="",
+        help=f"real CLI runs to make now, comma-separated from {runs} "
+        "(~18 min each); the others are kept from the JSON in --out",
+    )
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--limit", type=int, default=12000, help="largest teachers per label extrapolated")
     p.add_argument("--out", type=Path, default=report.RESULTS)

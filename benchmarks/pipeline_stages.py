@@ -100,9 +100,11 @@ def measure(s: Settings) -> dict[str, Any]:
         start = time.perf_counter()
         _ = backends.embedder.dim  # loads it now, else its load counts in the first stage that embeds
         embedder_s = time.perf_counter() - start
-        manifest = Run(
-            ctx, work / "run", engine_factory=backends.engine_factory, embedder=backends.embedder
-        ).execute(overwrite=True)
+        manifest = (
+            Run(ctx, work / "run", engine_factory=backends.engine_factory, embedder=backends.embedder)
+            .execute(overwrite=True)
+            .to_json()
+        )
         wall = time.perf_counter() - start
         state = json.loads((work / "run" / "private" / "state.json").read_text())["state"]
     finally:

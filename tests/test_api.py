@@ -36,8 +36,8 @@ def test_a_data_frame_in_a_data_frame_out(tmp_path):
     )
     df = result.to_pandas()
     assert len(df) == 36 and set(df["label"]) == set(LABELS) and "embedding" not in df
-    assert result.privacy.compositions == 3 and result.manifest["output"]["rows"] == 36  # 2 votes, 1 prior
-    assert result.manifest["config"]["private"] == "<in-memory>"  # no path, no record of the data
+    assert result.privacy.compositions == 3 and result.manifest.output.rows == 36  # 2 votes, 1 prior
+    assert result.manifest.config["private"] == "<in-memory>"  # no path, no record of the data
     assert [p.name for p in result.shareable] == ["synthetic.parquet", "manifest.json", "README.md"]
     assert result.to_pandas(embeddings=True)["embedding"].map(len).eq(64).all()
 
@@ -47,7 +47,7 @@ def test_records_and_resume_with_the_same_data_only(tmp_path):
     out = tmp_path / "run"
     first = wasp_vllm.generate(records, out=out, backends=fake(), **SMALL)
     again = wasp_vllm.generate(records, out=out, resume=True, backends=fake(), **SMALL)
-    assert again.manifest["output"]["sha256"] == first.manifest["output"]["sha256"]
+    assert again.manifest.output.sha256 == first.manifest.output.sha256
     other = [dict(r, text=r["text"] + " changed") for r in records]
     with pytest.raises(ValueError, match="different private data"):
         wasp_vllm.generate(other, out=out, resume=True, backends=fake(), **SMALL)
@@ -80,7 +80,7 @@ def test_the_readme_example_runs(tmp_path, monkeypatch):
     monkeypatch.setattr("wasp_vllm.evaluation.runner._make_embedder", lambda spec: HashEmbedderForTests())
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the documented example itself
-    assert len(namespace["synthetic"]) == namespace["result"].manifest["config"]["n"]
+    assert len(namespace["synthetic"]) == namespace["result"].manifest.config["n"]
     assert 0.0 <= namespace["report"].macro_f1 <= 1.0
 
 

@@ -123,11 +123,12 @@ def test_bad_settings_are_still_one_clear_error():
 def test_a_run_records_the_estimate_beside_what_happened(tmp_path, monkeypatch):
     use_fake_backends(monkeypatch)
     result = wasp_vllm.generate(plms=["a", "b"], n=36, rounds=3, q=2, s=2, out=tmp_path / "run")
-    estimate = result.manifest["estimate"]
+    estimate = result.manifest.estimate
+    assert estimate is not None
     assert estimate["plan"]["summary"]["n"] == 36 and estimate["plan"]["total_s"] > 0
     measured = estimate["measured"]["plms"]
     assert set(measured) == {"a", "b"} and measured["a"]["engine"] == "FakeEngineForUnitTests"
     assert sum(m["kept"] for m in measured.values()) == 36
-    assert measured["a"]["tokens"] == result.manifest["tokens"]["a"]
+    assert measured["a"]["tokens"] == result.manifest.tokens["a"]
     assert "public_work_s" in estimate["measured"]
     assert not throughput.records_path().exists()  # a test double's speed is never kept as a measurement

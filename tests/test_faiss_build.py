@@ -90,6 +90,6 @@ def test_the_manifest_says_which_build_searched(tmp_path, monkeypatch, installed
     use_fake_backends(monkeypatch)
     installed(fake_faiss(gpus=None), "faiss-cpu", [])
     result = wasp_vllm.generate(plms=["a", "b"], n=36, rounds=3, q=2, s=2, out=tmp_path / "run")
-    assert result.manifest["search"] == {
+    assert result.manifest.search == {
         "distribution": "faiss-cpu", "gpu_code": False, "gpus": 0, "searches_on": "cpu"
     }  # fmt: skip

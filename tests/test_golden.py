@@ -7,7 +7,8 @@ and ``manifest.json`` with the files stored in ``tests/golden/``.  Left out of t
 wall-clock timings (``timings_s``, ``tokens_per_s``, each round's ``seconds``), package
 versions and the FAISS build (``search``).  Recorded again deliberately for issue 25: the manifest
 gained ``work`` and ``sampling``, each round ``generated`` and ``kept_tokens``, the settings
-``license``; nothing else changed (checked before recording).  Recorded again for issue 22: the
+``license``; nothing else changed (checked before recording).  Issue 23: ``Run.execute`` returns a
+typed ``Manifest`` whose ``to_json`` is the published file (no golden change).  Recorded again for issue 22: the
 settings gained ``later_prompt`` (one line per manifest; nothing else changed).  Parquet files
 are compared byte for byte when written by the pyarrow version that wrote the golden files (its
 version is in the file), else as tables with their metadata.
@@ -30,6 +31,7 @@ from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import RunConfig
 from wasp_vllm.pipeline import Run, prepare
+from wasp_vllm.pipeline.manifest import Manifest
 
 GOLDEN = Path(__file__).parent / "golden"
 LABELS = ["positive", "neutral", "negative"]
@@ -95,7 +97,9 @@ def test_strategy_output_is_unchanged(case, tmp_path, monkeypatch):
     def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:
         return FakeEngineForUnitTests(name)
 
-    manifest = Run(prepare(cfg), "out", engine_factory=factory, embedder=HashEmbedderForTests()).execute()
+    manifest = (
+        Run(prepare(cfg), "out", engine_factory=factory, embedder=HashEmbedderForTests()).execute().to_json()
+    )
     produced = tmp_path / "out" / "synthetic.parquet"
     text = json.dumps(_comparable_manifest(manifest), indent=1, sort_keys=True) + "\n"
     golden_parquet, golden_manifest = GOLDEN / f"{case}.parquet", GOLDEN / f"{case}.manifest.json"
@@ -112,3 +116,7 @@ def test_strategy_output_is_unchanged(case, tmp_path, monkeypatch):
         a, b = pq.read_table(produced), pq.read_table(golden_parquet)
         assert a.equals(b) and a.schema.equals(b.schema, check_metadata=True), case
     assert isinstance(pq.read_table(produced), pa.Table)
+    # the typed manifest reads the published file back to the same JSON
+    published = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    again = Manifest.from_json(published).to_json()
+    assert again == published

@@ -68,12 +68,16 @@ def run(tmp_path, engine=FakeEngineForUnitTests, **kw):
     settings = dict(plms=["a", "b"], task="drugs", private=private, private_limit=None, n=90, rounds=3,
                     q=2, s=2, noise_seed=1, concurrent=False, label_prior="uniform") | kw  # fmt: skip
     cfg = RunConfig(**settings)
-    manifest = Run(
-        prepare(cfg),
-        tmp_path / "out",
-        engine_factory=lambda name, c: engine(name),
-        embedder=HashEmbedderForTests(),
-    ).execute()
+    manifest = (
+        Run(
+            prepare(cfg),
+            tmp_path / "out",
+            engine_factory=lambda name, c: engine(name),
+            embedder=HashEmbedderForTests(),
+        )
+        .execute()
+        .to_json()
+    )
     return cfg, manifest, pq.read_table(tmp_path / "out" / "synthetic.parquet")
 
 

@@ -43,7 +43,12 @@ def run(cfg: RunConfig, out: Path, engines: dict | None = None, **kw) -> dict:
     def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:
         return engines.setdefault(name, FakeEngineForUnitTests(name))
 
-    return Run(prepare(cfg), out, engine_factory=factory, embedder=HashEmbedderForTests()).execute(**kw)
+    # the published manifest.json's content
+    return (
+        Run(prepare(cfg), out, engine_factory=factory, embedder=HashEmbedderForTests())
+        .execute(**kw)
+        .to_json()
+    )
 
 
 def noise_residuals(cfg: RunConfig, out: Path) -> np.ndarray:

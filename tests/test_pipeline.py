@@ -63,7 +63,7 @@ def run(cfg, out, embedder, engines=None, **kw):
     def factory(name: str, _cfg: RunConfig):
         return engines.setdefault(name, FakeEngineForUnitTests(name))
 
-    return Run(prepare(cfg), out, engine_factory=factory, embedder=embedder).execute(**kw)
+    return Run(prepare(cfg), out, engine_factory=factory, embedder=embedder).execute(**kw).to_json()
 
 
 def test_run_writes_parquet_and_manifest(tmp_path, private_csv, embedder):
@@ -118,7 +118,7 @@ def test_resume_after_the_last_round_loads_no_model(tmp_path, private_csv, embed
         raise AssertionError(f"engine {name} opened although every round is done")
 
     resumed = Run(prepare(cfg), out, engine_factory=no_engine, embedder=embedder).execute(resume=True)
-    assert resumed["output"]["sha256"] == full["output"]["sha256"]
+    assert resumed.output.sha256 == full["output"]["sha256"]
 
 
 def test_refuses_existing_run_and_detects_corruption(tmp_path, private_csv, embedder):
@@ -269,7 +269,7 @@ def test_rows_carry_the_run_s_plm_name_whatever_the_engine_calls_itself(tmp_path
     manifest = Run(prepare(cfg), tmp_path / "out", engine_factory=factory, embedder=embedder).execute()
     plms = set(pq.read_table(tmp_path / "out" / "synthetic.parquet").column("plm").to_pylist())
     assert plms == {"a", "b"}
-    assert len(manifest["plms"]["final_weights"]) == 2
+    assert len(manifest.plms.final_weights) == 2
 
 
 @pytest.mark.parametrize(("example_sets", "most_distinct"), [(2, 2), (0, 20)])

@@ -202,8 +202,8 @@ def test_a_replica_killed_mid_run_is_routed_around_and_restarted_and_the_run_los
     assert killed, "round 0 was never written"
     rows = pq.read_table(out / "synthetic.parquet").to_pylist()
     assert len(rows) == N and len({r["id"] for r in rows}) == N and {r["round"] for r in rows} == {0, 1, 2}
-    assert result.manifest["plms"]["dropped"] == {}
-    assert all(sum(r["engine_failures"].values()) == 0 for r in result.manifest["rounds"])
+    assert result.manifest.plms.dropped == {}
+    assert all(sum(r.engine_failures.values()) == 0 for r in result.manifest.rounds)
     (stats,) = [e.stats() for e in engines]
     (endpoint,) = stats["replicas"]  # one route: Ray chooses the replica, the run never does
     assert endpoint["out"] is False and survivor in replicas(cluster, "smollm2")

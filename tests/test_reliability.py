@@ -68,7 +68,12 @@ def run_in_process(cfg: RunConfig, out: Path, engines: dict | None = None, **kw)
     def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:
         return engines.setdefault(name, FakeEngineForUnitTests(name))
 
-    return Run(prepare(cfg), out, engine_factory=factory, embedder=HashEmbedderForTests()).execute(**kw)
+    # the published manifest.json's content
+    return (
+        Run(prepare(cfg), out, engine_factory=factory, embedder=HashEmbedderForTests())
+        .execute(**kw)
+        .to_json()
+    )
 
 
 # --- kill -9 and --resume ------------------------------------------------------------------------

@@ -156,15 +156,15 @@ def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(ser
         time.sleep(0.2)
     assert group_members(victim["pid"]) == []
     rows = pq.read_table(out / "synthetic.parquet").to_pylist()
-    missing = sum(r["missing"] for r in result.manifest["rounds"])
+    missing = sum(r.missing for r in result.manifest.rounds)
     assert len(rows) + missing == 24 and len(rows) >= 20  # every sample written, once
     assert len({r["text"] for r in rows}) == len(rows) and len({r["id"] for r in rows}) == len(rows)
-    assert {r["round"] for r in rows} == {0, 1, 2} and result.manifest["plms"]["dropped"] == {}
+    assert {r["round"] for r in rows} == {0, 1, 2} and result.manifest.plms.dropped == {}
     # The failover happens inside the engine: the pipeline never saw a failed call.
-    assert all(sum(r["engine_failures"].values()) == 0 for r in result.manifest["rounds"])
+    assert all(sum(r.engine_failures.values()) == 0 for r in result.manifest.rounds)
     (stats,) = [e.stats() for e in engines]
     print("replica counters after the kill:", json.dumps(stats))
-    assert result.manifest["engines"] == {served["plms"]: stats}  # published with the run
+    assert result.manifest.engines == {served["plms"]: stats}  # published with the run
     alive, dead = stats["replicas"]
     assert dead["failures"] >= 1 and alive["failures"] == 0 and stats["retried"] >= 1
     assert alive["completed"] + dead["completed"] == alive["requests"] + dead["requests"] - dead["failures"]

@@ -37,7 +37,7 @@ class JunkEveryKth(FakeEngineForUnitTests):
 def test_generated_against_kept_per_plm_and_round(tmp_path, monkeypatch):
     use_fake_backends(monkeypatch, {"a": JunkEveryKth("a", 3)})
     result = wasp_vllm.generate(**SMALL, out=tmp_path / "run")
-    manifest = result.manifest
+    manifest = result.manifest.to_json()  # as published
     assert manifest["output"]["rows"] == 36  # rejects were regenerated: still exactly N rows
     for record in manifest["rounds"]:
         for plm in ("a", "b"):
@@ -70,7 +70,7 @@ class SameTextsAcrossPLMs(FakeEngineForUnitTests):
 
 def test_copies_across_plms_are_counted_as_rejects(tmp_path, monkeypatch):
     use_fake_backends(monkeypatch, {"a": SameTextsAcrossPLMs("a"), "b": SameTextsAcrossPLMs("b")})
-    manifest = wasp_vllm.generate(**SMALL, out=tmp_path / "run").manifest
+    manifest = wasp_vllm.generate(**SMALL, out=tmp_path / "run").manifest.to_json()
     assert manifest["output"]["rows"] == 36
     rejects = [r["rejects"].get(p, {}) for r in manifest["rounds"] for p in "ab"]
     assert sum(r.get("duplicate_across_plms", 0) for r in rejects) > 0

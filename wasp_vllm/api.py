@@ -33,6 +33,7 @@ from wasp_vllm.pipeline.store import PUBLISHED, RunStore
 if TYPE_CHECKING:
     from wasp_vllm.evaluation.results import SyntheticScores
     from wasp_vllm.pipeline.estimate import RunPlan
+    from wasp_vllm.pipeline.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,10 @@ class PrivacySpent:
         return self.sigmas[0] if len(set(self.sigmas)) == 1 else None
 
     @classmethod
-    def from_manifest(cls, manifest: Mapping[str, Any]) -> PrivacySpent:
-        privacy, ledger = manifest["privacy"], manifest["privacy"]["ledger"]
+    def from_manifest(cls, manifest: Manifest | Mapping[str, Any]) -> PrivacySpent:
+        """From a run's manifest: the typed one, or ``manifest.json`` as read."""
+        privacy = manifest["privacy"] if isinstance(manifest, Mapping) else manifest.privacy
+        ledger = privacy["ledger"]
         sensitivity, neighbour = ledger["sensitivity"], ledger["neighbour"]  # one value, or a list of them
         neighbour = ", ".join(neighbour) if isinstance(neighbour, list) else neighbour
         return cls(
@@ -79,7 +82,7 @@ class RunResult:
     """A finished run: where its files are, what it published, and its samples."""
 
     out: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
 
     @property
     def privacy(self) -> PrivacySpent:
@@ -197,7 +200,8 @@ def generate(
     run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
               estimate=estimate)  # fmt: skip
     manifest = run.execute(resume=resume, overwrite=overwrite)
-    throughput.record(manifest["estimate"]["measured"]["plms"], str(estimate.summary["device"]))
+    assert manifest.estimate is not None  # the run was given its estimate above
+    throughput.record(manifest.estimate["measured"]["plms"], str(estimate.summary["device"]))
     return RunResult(Path(out), manifest)
 
 

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -31,6 +31,9 @@ from rich.table import Table
 from wasp_vllm.cli.options import config_command
 from wasp_vllm.cli.plan_view import print_work
 from wasp_vllm.privacy.clock import PublicClock
+
+if TYPE_CHECKING:
+    from wasp_vllm.pipeline.manifest import Manifest
 
 app = typer.Typer(
     name="wasp-vllm",
@@ -223,26 +226,25 @@ def _distinct(values: float | list[float]) -> str:
     return " / ".join(f"{v:.3f}" for v in sorted(set(listed))) or "-"
 
 
-def _print_summary(manifest: dict[str, Any], out: Path, chatter: Path | None = None) -> None:
-    plms = manifest["config"]["plms"]
+def _print_summary(manifest: Manifest, out: Path, chatter: Path | None = None) -> None:
+    plms = manifest.config["plms"]
     table = Table(
-        title=f"{manifest['output']['rows']} samples written to {out}",
+        title=f"{manifest.output.rows} samples written to {out}",
         caption="per round and PLM: samples kept of those generated (weight before the round)",
     )
     for column in ("round", *plms):
         table.add_column(column)
-    for record in manifest["rounds"]:
-        weights = dict(zip(plms, record["weights_before"], strict=True))
-        generated = record.get("generated") or {}
+    for record in manifest.rounds:
+        weights = dict(zip(plms, record.weights_before, strict=True))
         cells = [
-            f"{record['kept'].get(p, 0)}"
-            + (f" of {generated[p]}" if p in generated else "")
+            f"{record.kept.get(p, 0)}"
+            + (f" of {record.generated[p]}" if p in record.generated else "")
             + f" (w={weights[p]:.2f})"
             for p in plms
         ]
-        table.add_row(str(record["round"]), *cells)
+        table.add_row(str(record.round), *cells)
     console.print(table)
-    privacy = manifest["privacy"]
+    privacy = manifest.privacy
     ledger = privacy["ledger"]
     console.print(
         f"privacy: {privacy['guarantee']}; epsilon spent {ledger['epsilon_spent']:.3f} of "
@@ -250,10 +252,10 @@ def _print_summary(manifest: dict[str, Any], out: Path, chatter: Path | None = N
         f"sensitivity {_distinct(ledger['sensitivity'])}, {ledger['compositions']} releases",
         highlight=False,
     )
-    print_work(manifest, console)
-    missing = sum(r.get("missing", 0) for r in manifest["rounds"])
+    print_work(manifest.work, console)
+    missing = sum(r.missing for r in manifest.rounds)
     if missing:
-        dropped = ", ".join(manifest["plms"]["dropped"]) or "none"
+        dropped = ", ".join(manifest.plms.dropped) or "none"
         console.print(
             f"[bold yellow]short by {missing} samples[/]: no PLM could write them (dropped: {dropped})"
         )

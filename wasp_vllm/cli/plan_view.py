@@ -3,6 +3,7 @@ and the end-of-run lines on where the work went.  Both print public facts only."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -79,10 +80,9 @@ def _engine_table(plan: RunPlan) -> Table:
     return table
 
 
-def print_work(manifest: dict[str, Any], console: Console) -> None:
-    """Where the work went: samples and tokens generated against kept, per PLM, and a warning if most
-    of it was thrown away."""
-    work = manifest.get("work") or {}
+def print_work(work: Mapping[str, Mapping[str, Any]], console: Console) -> None:
+    """Where the work went (the manifest's ``work``): samples and tokens generated against kept, per
+    PLM, and a warning if most of it was thrown away."""
     if not work:
         return
     parts = []

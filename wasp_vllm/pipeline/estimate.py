@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import EXACT
 from wasp_vllm.strategies import get_strategy
 from wasp_vllm.tasks import get_task
+
+if TYPE_CHECKING:  # the manifest module builds on this one's neighbours; typing only
+    from wasp_vllm.pipeline.manifest import Manifest
 
 #: First use of a packaged model dequantizes it into the cache (about a minute, once).
 DEQUANTIZE_S = 60.0
@@ -238,17 +241,16 @@ def engine_kind(engine: object) -> str:
     return ENGINE_KINDS.get(name, name)
 
 
-def against_run(plan: RunPlan, manifest: dict[str, Any], engines: dict[str, str]) -> dict[str, Any]:
+def against_run(plan: RunPlan, manifest: Manifest, engines: dict[str, str]) -> dict[str, Any]:
     """The estimate beside what the run did: per PLM and in total (public work only)."""
-    timings = manifest.get("timings_s", {})
+    timings = manifest.timings_s
     measured = {}
     for plm in plan.summary["plms"]:
-        rounds = manifest.get("rounds", [])
         measured[plm] = {
             "engine": engines.get(plm, "?"),
-            "generated": sum(r.get("generated", {}).get(plm, 0) for r in rounds),
-            "kept": sum(r.get("kept", {}).get(plm, 0) for r in rounds),
-            "tokens": int(manifest.get("tokens", {}).get(plm, 0)),
+            "generated": sum(r.generated.get(plm, 0) for r in manifest.rounds),
+            "kept": sum(r.kept.get(plm, 0) for r in manifest.rounds),
+            "tokens": int(manifest.tokens.get(plm, 0)),
             "startup_s": round(timings.get(f"startup:{plm}", 0.0), 1),
             "generation_s": round(timings.get(f"generation:{plm}", 0.0), 1),
         }

@@ -28,7 +28,7 @@ from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
 from wasp_vllm.pipeline.label_check import LabelCheck
-from wasp_vllm.pipeline.manifest import build_manifest
+from wasp_vllm.pipeline.manifest import Manifest, build_manifest
 from wasp_vllm.pipeline.prompts import RoundInputs, make_gate, normalize_text
 from wasp_vllm.pipeline.selection import label_shares, plm_weights, sample_weights, select_pools
 from wasp_vllm.pipeline.state import Pools, RoundRecord, RunState
@@ -81,7 +81,7 @@ class Run:
         self.secret: RunSecret | None = None
         self.tables: list[pa.Table] = []
 
-    def execute(self, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    def execute(self, *, resume: bool = False, overwrite: bool = False) -> Manifest:
         self.store.prepare(resume=resume, overwrite=overwrite)
         state = self._load_or_start(resume)
         if state.completed_rounds < self.cfg.rounds:  # else killed while writing the final file
@@ -345,7 +345,7 @@ class Run:
         weights = sample_weights(votes.column("h_near").to_numpy(), labels)
         return final.append_column("weight", pa.array(weights, pa.float32()))
 
-    def _finish(self, state: RunState) -> dict[str, Any]:
+    def _finish(self, state: RunState) -> Manifest:
         # Built from the checkpointed round files, so a resumed run writes the same bytes.
         final = pa.concat_tables([self.store.read_round(t) for t in range(self.cfg.rounds)]).combine_chunks()
         if self.cfg.final_vote and self.store.votes_path(self.cfg.rounds - 1).exists():
@@ -354,8 +354,9 @@ class Run:
         self._timed("io", write_parquet, out, final)
         manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out), self.engine_stats)
         if self.estimate is not None:
-            manifest["estimate"] = against_run(self.estimate, manifest, self.engine_kinds)
-        write_text(self.store.out / CARD_FILE, card_for_run(manifest, final, self.ctx.task))
-        write_json(self.store.out / "manifest.json", manifest)
+            manifest = manifest.with_estimate(against_run(self.estimate, manifest, self.engine_kinds))
+        published = manifest.to_json()
+        write_text(self.store.out / CARD_FILE, card_for_run(published, final, self.ctx.task))
+        write_json(self.store.out / "manifest.json", published)
         self.store.discard_key()  # last: everything that needed it is written
         return manifest

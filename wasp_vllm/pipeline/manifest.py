@@ -8,6 +8,8 @@ no per-label or per-party count, no fingerprint of the records, no time spent on
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from typing import Any
 
@@ -16,7 +18,7 @@ import pyarrow as pa
 from wasp_vllm.engines.base import GenerationParams
 from wasp_vllm.engines.presets import sampling_for
 from wasp_vllm.pipeline.context import RunContext, neighbourhood
-from wasp_vllm.pipeline.state import RunState
+from wasp_vllm.pipeline.state import RoundRecord, RunState
 from wasp_vllm.privacy.federated import federated_report
 from wasp_vllm.privacy.search import faiss_build
 
@@ -93,6 +95,98 @@ def sampling(ctx: RunContext) -> dict[str, dict[str, float]]:
     return {p: {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k} for p, s in chosen.items()}
 
 
+@dataclass(frozen=True)
+class PrivateData:
+    """The private data a run was asked to read: the M it asked for (None: all) and its source."""
+
+    requested_m: int | None
+    source: str | None
+
+
+@dataclass(frozen=True)
+class PLMOutcome:
+    """The PLMs at the end: those still active, those dropped (with the reason), the final weights."""
+
+    active: list[str]
+    dropped: dict[str, str]
+    final_weights: list[float]
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """The synthetic file a run wrote: its name, its number of rows and its SHA-256."""
+
+    file: str
+    rows: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A run's published record, typed; :meth:`to_json` is the content of ``manifest.json``.
+
+    ``privacy`` is the accounting's own report (read it typed through
+    :class:`~wasp_vllm.api.PrivacySpent`); ``config`` the settings as written (``noise_seed`` blanked)."""
+
+    config: dict[str, Any]
+    task: str
+    private_data: PrivateData
+    plms: PLMOutcome
+    rounds: list[RoundRecord]
+    privacy: dict[str, Any]
+    timings_s: dict[str, float]
+    tokens: dict[str, int]
+    tokens_per_s: dict[str, float]
+    work: dict[str, dict[str, Any]]
+    sampling: dict[str, dict[str, float]]
+    search: dict[str, Any]
+    output: OutputFile
+    versions: dict[str, str]
+    #: The label prior's shares of the samples (only with ``--label-prior private``).
+    labels: dict[str, Any] | None = None
+    #: The served PLMs' request counters per replica.
+    engines: dict[str, dict[str, Any]] | None = None
+    #: The plan made before the run beside what the run did (:func:`..estimate.against_run`).
+    estimate: dict[str, Any] | None = None
+
+    def with_estimate(self, estimate: dict[str, Any]) -> Manifest:
+        return replace(self, estimate=estimate)
+
+    def to_json(self) -> dict[str, Any]:
+        """The published JSON: what ``manifest.json`` holds (written with sorted keys)."""
+        return {
+            "config": self.config,
+            **({"labels": self.labels} if self.labels else {}),
+            "task": self.task,
+            "private_data": asdict(self.private_data),
+            "plms": asdict(self.plms),
+            "rounds": [asdict(r) for r in self.rounds],
+            "privacy": self.privacy,
+            "timings_s": self.timings_s,
+            "tokens": self.tokens,
+            "tokens_per_s": self.tokens_per_s,
+            "work": self.work,
+            "sampling": self.sampling,
+            "search": self.search,
+            "output": asdict(self.output),
+            "versions": self.versions,
+            **({"engines": self.engines} if self.engines else {}),
+            **({"estimate": self.estimate} if self.estimate is not None else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Manifest:
+        """A ``manifest.json`` read back (``to_json`` of the result gives the same JSON)."""
+        return cls(
+            config=dict(data["config"]), task=data["task"], private_data=PrivateData(**data["private_data"]),
+            plms=PLMOutcome(**data["plms"]), rounds=[RoundRecord(**r) for r in data["rounds"]],
+            privacy=dict(data["privacy"]), timings_s=dict(data["timings_s"]), tokens=dict(data["tokens"]),
+            tokens_per_s=dict(data["tokens_per_s"]), work=dict(data["work"]), sampling=dict(data["sampling"]),
+            search=dict(data["search"]), output=OutputFile(**data["output"]), versions=dict(data["versions"]),
+            labels=data.get("labels"), engines=data.get("engines"), estimate=data.get("estimate"),
+        )  # fmt: skip
+
+
 def build_manifest(
     ctx: RunContext,
     state: RunState,
@@ -100,7 +194,7 @@ def build_manifest(
     final: pa.Table,
     output_sha: str,
     engine_stats: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> Manifest:
     """The published record of a run (see the module docstring for what may not go in).
 
     ``engine_stats`` are the served PLMs' request counters per replica (this session's only, on
@@ -115,21 +209,21 @@ def build_manifest(
         if timings.get(f"generation:{plm}")
     }
     labels = {"prior": "private", "shares": state.label_shares} if state.label_shares is not None else None
-    return {
-        "config": ctx.cfg.model_dump(mode="json") | {"noise_seed": None},
-        **({"labels": labels} if labels else {}),
-        "task": ctx.task.name,
-        "private_data": {"requested_m": ctx.cfg.private_limit, "source": ctx.cfg.private},
-        "plms": {"active": state.active, "dropped": state.dropped, "final_weights": state.weights},
-        "rounds": [vars(r) for r in state.rounds],
-        "privacy": _privacy(ctx, state),
-        "timings_s": public_timings(timings),
-        "tokens": dict(tokens),
-        "tokens_per_s": throughput,
-        "work": work(state),
-        "sampling": sampling(ctx),
-        "search": faiss_build(),
-        "output": {"file": "synthetic.parquet", "rows": final.num_rows, "sha256": output_sha},
-        "versions": package_versions(),
-        **({"engines": engine_stats} if engine_stats else {}),
-    }
+    return Manifest(
+        config=ctx.cfg.model_dump(mode="json") | {"noise_seed": None},
+        labels=labels,
+        task=ctx.task.name,
+        private_data=PrivateData(requested_m=ctx.cfg.private_limit, source=ctx.cfg.private),
+        plms=PLMOutcome(active=state.active, dropped=state.dropped, final_weights=state.weights),
+        rounds=list(state.rounds),
+        privacy=_privacy(ctx, state),
+        timings_s=public_timings(timings),
+        tokens=dict(tokens),
+        tokens_per_s=throughput,
+        work=work(state),
+        sampling=sampling(ctx),
+        search=faiss_build(),
+        output=OutputFile(file="synthetic.parquet", rows=final.num_rows, sha256=output_sha),
+        versions=package_versions(),
+        engines=engine_stats or None,
+    )
