@@ -82,7 +82,7 @@ def _fallback_only(texts: list[str], labels: list[str], factory) -> list[str]:
         texts, labels, ["good", "bad"], teachers=4, max_tokens=6, n_samples=4, epsilon=0.05,
         delta=1e-5, seed=3, source_factory=factory,
     )  # fmt: skip
-    assert report["tokens_private"] == 0 and report["tokens_fallback"] > 0
+    assert report.tokens_private == 0 and report.tokens_fallback > 0
     return table.column("text").to_pylist()
 
 

@@ -264,14 +264,14 @@ def test_run_hotpate_table_and_report():
     )  # fmt: skip
     assert table.column_names == ["id", "text", "label", "attribute", "plm", "round", "prompt_kind"]
     assert set(table.column("prompt_kind").to_pylist()) <= {"hotpate"}
-    assert not report["budget_exhausted"] and report["accounting"] == "gaussian"
-    assert report["records_written"] == 6
-    good = report["labels"]["good"]
+    assert not report.budget_exhausted and report.accounting == "gaussian"
+    assert report.records_written == 6
+    good = report.labels["good"]
     assert good["sigma"] > 0 and good["sensitivity"] == pytest.approx(math.sqrt(2))
-    assert report["tokens_private"] + report["tokens_fallback"] > 0
+    assert report.tokens_private + report.tokens_fallback > 0
     assert (
-        report["epsilon_guaranteed"] <= 50.0
-        and "DP with respect to the private file" in report["guarantee"]["statement"]
+        report.epsilon_guaranteed <= 50.0
+        and "DP with respect to the private file" in report.guarantee["statement"]
     )
 
 

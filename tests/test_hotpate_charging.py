@@ -94,26 +94,23 @@ def test_a_spent_budget_hands_over_to_the_fallback_and_every_record_is_written()
         epsilon=20.0, delta=1e-5, seed=0, sigma=2.0, threshold=4.0,
         source_factory=lambda prompts: StubSource(prompts),
     )  # fmt: skip
-    assert report["budget_exhausted"] and report["tokens_fallback_by_reason"]["budget"] > 0
-    assert report["records_written"] == table.num_rows == 20  # never stops at a few of 20
-    assert len(report["tokens_per_record"]) == 20 and report["tokens_private"] > 0
-    assert sum(p for p, _ in report["tokens_per_record"]) == report["tokens_private"]
-    assert (
-        sum(p + f for p, f in report["tokens_per_record"])
-        == report["tokens_private"] + report["tokens_fallback"]
-    )
+    assert report.budget_exhausted and report.tokens_fallback_by_reason["budget"] > 0
+    assert report.records_written == table.num_rows == 20  # never stops at a few of 20
+    assert len(report.tokens_per_record) == 20 and report.tokens_private > 0
+    assert sum(p for p, _ in report.tokens_per_record) == report.tokens_private
+    assert sum(p + f for p, f in report.tokens_per_record) == report.tokens_private + report.tokens_fallback
     # one ledger per label (disjoint ensembles): each used its whole cap, and one more would exceed
     from wasp_vllm.privacy.gaussian import epsilon_for_sigma
 
     for label in ("good", "bad"):
-        calls = report["labels"][label]["calls"]
-        assert calls == report["labels"][label]["releases_cap"] > 0
+        calls = report.labels[label]["calls"]
+        assert calls == report.labels[label]["releases_cap"] > 0
         assert (
             epsilon_for_sigma(2.0, 1e-5, math.sqrt(2), calls)
             <= 20.0
             < epsilon_for_sigma(2.0, 1e-5, math.sqrt(2), calls + 1)
         )
-    assert report["guarantee"]["epsilon"] <= 20.0 and report["plain_composition"]["epsilon"] <= 20.0
+    assert report.guarantee["epsilon"] <= 20.0 and report.plain_composition["epsilon"] <= 20.0
 
 
 def test_target_charging_at_the_packaged_scale_makes_no_call_and_still_writes_every_record():
@@ -121,10 +118,10 @@ def test_target_charging_at_the_packaged_scale_makes_no_call_and_still_writes_ev
     table, rep = run_hotpate(texts, labels, ["good", "bad"], n_samples=6, epsilon=8.0, delta=1e-5,
                              teachers=67, max_tokens=5, accounting="target-charging",
                              neighbour="replace", source_factory=_stub_factory())  # fmt: skip
-    assert table.num_rows == rep["records_written"] == 6
-    assert rep["tokens_private"] == 0 and rep["plain_composition"]["queries"] == 0
-    assert rep["labels"]["good"]["max_hits"] == 0 and rep["epsilon_guaranteed"] == 0.0
-    assert rep["tokens_fallback_by_reason"]["budget"] == rep["tokens_fallback"] > 0
+    assert table.num_rows == rep.records_written == 6
+    assert rep.tokens_private == 0 and rep.plain_composition["queries"] == 0
+    assert rep.labels["good"]["max_hits"] == 0 and rep.epsilon_guaranteed == 0.0
+    assert rep.tokens_fallback_by_reason["budget"] == rep.tokens_fallback > 0
 
 
 def test_target_charging_pays_for_yields_not_for_queries():
@@ -132,15 +129,15 @@ def test_target_charging_pays_for_yields_not_for_queries():
     table, rep = run_hotpate(texts, labels, ["good", "bad"], n_samples=80, epsilon=2.0, delta=1e-5,
                              teachers=2000, max_tokens=10, accounting="target-charging", seed=3,
                              source_factory=_stub_factory(), noise_rng=np.random.default_rng(4))  # fmt: skip
-    assert table.num_rows == 80 and rep["private_token_share"] > 0.95  # near-unanimous teachers
+    assert table.num_rows == 80 and rep.private_token_share > 0.95  # near-unanimous teachers
     for label in ("good", "bad"):
-        acc = rep["labels"][label]
+        acc = rep.labels[label]
         assert acc["hits"] <= acc["max_hits"] and acc["calls"] <= acc["max_calls"]
-    guaranteed, plain = rep["guarantee"]["epsilon"], rep["plain_composition"]["epsilon"]
+    guaranteed, plain = rep.guarantee["epsilon"], rep.plain_composition["epsilon"]
     assert guaranteed <= 2.0 < plain  # composing every query of this very run would not fit
-    assert rep["plain_composition"]["queries"] == sum(rep["labels"][x]["calls"] for x in ("good", "bad"))
-    assert "Cohen & Lyu" in rep["guarantee"]["statement"] and "parallel" in rep["guarantee"]["statement"]
-    json.dumps(rep)  # the manifest entry is JSON
+    assert rep.plain_composition["queries"] == sum(rep.labels[x]["calls"] for x in ("good", "bad"))
+    assert "Cohen & Lyu" in rep.guarantee["statement"] and "parallel" in rep.guarantee["statement"]
+    json.dumps(rep.to_json())  # the manifest entry is JSON
 
 
 def test_replace_target_charging_adds_two_labels():
@@ -148,13 +145,10 @@ def test_replace_target_charging_adds_two_labels():
     _, rep = run_hotpate(texts, labels, ["good", "bad"], n_samples=20, epsilon=8.0, delta=1e-5,
                          teachers=3000, max_tokens=4, accounting="target-charging", neighbour="replace",
                          source_factory=_stub_factory())  # fmt: skip
-    per = rep["guarantee"]["per_label_epsilon"]
-    assert rep["guarantee"]["epsilon"] == pytest.approx(sum(per.values()))
-    assert rep["guarantee"]["epsilon"] <= 8.0
-    assert (
-        rep["guarantee"]["delta"] == pytest.approx(1e-5)
-        and rep["guarantee"]["per_label_budget"]["epsilon"] == 4
-    )
+    per = rep.guarantee["per_label_epsilon"]
+    assert rep.guarantee["epsilon"] == pytest.approx(sum(per.values()))
+    assert rep.guarantee["epsilon"] <= 8.0
+    assert rep.guarantee["delta"] == pytest.approx(1e-5) and rep.guarantee["per_label_budget"]["epsilon"] == 4
 
 
 def test_after_the_budget_the_public_prompt_alone_generates():
@@ -163,8 +157,8 @@ def test_after_the_budget_the_public_prompt_alone_generates():
     table, rep = run_hotpate(texts, labels, ["good", "bad"], n_samples=10, epsilon=2.0, delta=1e-5,
                              teachers=16, max_tokens=6, sigma=2.0, threshold=4.0,
                              source_factory=_stub_factory(seen))  # fmt: skip
-    assert seen == [1, 16, 1, 16] and table.num_rows == 10 and rep["budget_exhausted"]
-    assert rep["tokens_fallback_by_reason"]["budget"] > 0
+    assert seen == [1, 16, 1, 16] and table.num_rows == 10 and rep.budget_exhausted
+    assert rep.tokens_fallback_by_reason["budget"] > 0
 
 
 def test_the_no_token_bin_is_never_returned_nor_sampled():

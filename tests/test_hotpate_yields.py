@@ -66,7 +66,10 @@ def test_committed_results_re_render(tmp_path: Path) -> None:
 def test_runs_not_made_again_are_kept_with_the_day_they_ran():
     import hotpate_runs
 
-    old = [{"accounting": "gaussian", "wall_s": 1}, {"accounting": "WASP (exact Gaussian)", "ran": "2026-01-02"}]
+    old = [
+        {"accounting": "gaussian", "wall_s": 1},
+        {"accounting": "WASP (exact Gaussian)", "ran": "2026-01-02"},
+    ]
     kept = hotpate_runs.run_all(600, [], old)
     assert [r["ran"] for r in kept] == [hotpate_runs.RAN_BEFORE_DATES, "2026-01-02"]
     assert [r["accounting"] for r in kept] == ["gaussian", "WASP (exact Gaussian)"]

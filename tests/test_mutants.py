@@ -112,8 +112,8 @@ MUTANTS = {
         "wasp_vllm/pipeline/manifest.py",
         (
             (
-                '"source": ctx.cfg.private},',
-                '"source": ctx.cfg.private, "sha": __import__("hashlib").sha256("".join(ctx.private.texts).encode()).hexdigest()},',
+                "search=faiss_build(),",
+                'search=faiss_build() | {"sha": __import__("hashlib").sha256("".join(ctx.private.texts).encode()).hexdigest()},',
             ),
         ),
         (f"{NEIGHBOURS}::test_neighbouring_files_publish_the_same_bytes[replace-a-record]",),
@@ -121,7 +121,7 @@ MUTANTS = {
     "record-count-published": Mutant(
         "the exact number of private records in the manifest",
         "wasp_vllm/pipeline/manifest.py",
-        (('"source": ctx.cfg.private},', '"source": ctx.cfg.private, "records": len(ctx.private)},'),),
+        (("search=faiss_build(),", 'search=faiss_build() | {"records": len(ctx.private)},'),),
         (f"{NEIGHBOURS}::test_neighbouring_files_publish_the_same_bytes[remove-rare-label-record]",),
     ),
     "empty-label-warned-at-default-level": Mutant(

@@ -78,7 +78,7 @@ def hotpate(
                 neighbour=voting_neighbour("add_remove", selected=True).value,
                 noise_rng=secret.generator("hotpate"), **o.run_settings(),
             )  # fmt: skip
-            console.print(publish(out, table, report, o.accounting, o.private_limit, o.delta), markup=False)
+            console.print(publish(out, table, report, o.private_limit), markup=False)
 
 
 #: The run settings that decide sigma (``wasp-vllm privacy``: generate's options and defaults).

@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from wasp_vllm.hotpate.prompts import build_teacher_prompts, teacher_skeleton
-from wasp_vllm.hotpate.report import LabelRun, Tally, run_report
+from wasp_vllm.hotpate.report import HotPateReport, LabelRun, Tally, run_report
 from wasp_vllm.hotpate.selector import (
     Fallback,
     PrivateTokenSelector,
@@ -97,7 +97,7 @@ def generate_hotpate(
     plm: str,
     fallback: Fallback = sample_public,
     noise_rng: np.random.Generator | None = None,
-) -> tuple[pa.Table, dict[str, Any]]:
+) -> tuple[pa.Table, HotPateReport]:
     """Synthetic records (text, label) from each label's teachers; always ``n_samples`` records
     unless some come out empty ``max_attempts`` times.
 
@@ -240,13 +240,13 @@ def run_hotpate(
     source_factory: SourceFactory | None = None,
     noise_rng: np.random.Generator | None = None,
     **settings: Any,
-) -> tuple[pa.Table, dict[str, Any]]:
+) -> tuple[pa.Table, HotPateReport]:
     """Hot PATE synthetic records with the ``teacher`` LM (entry point for the CLI).
 
     ``settings`` are the fields of :class:`HotPateSettings` (``n_samples``, ``epsilon``, ``delta``
     and ``requested_m`` or ``teachers`` at least).  ``source_factory`` replaces the model (tests
     use a stub).  Returns the records (columns ``id, text, label, attribute, plm, round,
-    prompt_kind``) and the privacy report for the run manifest.
+    prompt_kind``) and the typed privacy report (its ``to_json()`` goes in the run manifest).
     """
     if "stop" in settings:
         settings["stop"] = tuple(settings["stop"])
@@ -260,4 +260,4 @@ def run_hotpate(
     table, report = generate_hotpate(
         private_texts, private_labels, label_names, source_factory, run, plm, fallback, noise_rng
     )
-    return table, {**report, "engine": used}
+    return table, replace(report, engine=used)

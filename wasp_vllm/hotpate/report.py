@@ -135,62 +135,117 @@ def plain_composition(s: HotPateSettings, budget: LabelBudget, labels: list[Labe
     }
 
 
-def run_report(s: HotPateSettings, n_teachers: int, tally: Tally) -> dict[str, Any]:
+@dataclass(frozen=True)
+class HotPateReport:
+    """What a Hot PATE run spent and where its tokens came from; :meth:`to_json` is the manifest's
+    ``privacy`` entry.  ``guarantee`` and ``plain_composition`` are the accountings' own statements,
+    ``labels`` each label ensemble's calls and caps, ``tokens_per_record`` ``[private, fallback]``."""
+
+    accounting: str
+    guarantee: dict[str, Any]
+    epsilon: float
+    delta: float
+    plain_composition: dict[str, Any]
+    teachers_per_label: int
+    settings: dict[str, Any]
+    labels: dict[str, dict[str, Any]]
+    tokens_private: int
+    tokens_fallback_by_reason: dict[str, int]
+    tokens_per_record: list[list[int]]
+    records_requested: int
+    records_written: int
+    records_empty_regenerated: int
+    token_decisions_in_empty_records: int
+    budget_exhausted: bool
+    #: The teachers' engine ("hf", "vllm"; "custom" for a caller's own source).
+    engine: str = "custom"
+
+    @property
+    def tokens_fallback(self) -> int:
+        return sum(self.tokens_fallback_by_reason.values())
+
+    @property
+    def private_token_share(self) -> float:
+        tokens = self.tokens_private + self.tokens_fallback
+        return self.tokens_private / tokens if tokens else 0.0
+
+    @property
+    def epsilon_guaranteed(self) -> float:
+        return float(self.guarantee["epsilon"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mechanism": "hot_pate",
+            "accounting": self.accounting,
+            "guarantee": self.guarantee,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "epsilon_guaranteed": self.epsilon_guaranteed,
+            "plain_composition": self.plain_composition,
+            "teachers_per_label": self.teachers_per_label,
+            "settings": self.settings,
+            "labels": self.labels,
+            "tokens_private": self.tokens_private,
+            "tokens_fallback": self.tokens_fallback,
+            "tokens_fallback_by_reason": self.tokens_fallback_by_reason,
+            "private_token_share": self.private_token_share,
+            "tokens_per_record": self.tokens_per_record,
+            "records_requested": self.records_requested,
+            "records_written": self.records_written,
+            "records_empty_regenerated": self.records_empty_regenerated,
+            "token_decisions_in_empty_records": self.token_decisions_in_empty_records,
+            "budget_exhausted": self.budget_exhausted,
+            "engine": self.engine,
+        }
+
+
+def run_report(s: HotPateSettings, n_teachers: int, tally: Tally) -> HotPateReport:
     """The manifest entry: settings, guarantee, the plain-composition comparison and the token split."""
     budget = s.budget()
-    tokens = sum(tally.tokens.values())
-    private = tally.tokens["private"]
     labels = {
         lr.label: {**lr.step.report(), "records": lr.quota, "budget_spent_at_record": lr.budget_spent_at}
         for lr in tally.labels
     }
-    g = guarantee(s, budget, tally.labels)
-    return {
-        "mechanism": "hot_pate",
-        "accounting": s.accounting,
-        "guarantee": g,
-        "epsilon": s.epsilon,
-        "delta": s.delta,
-        "epsilon_guaranteed": g["epsilon"],
-        "plain_composition": plain_composition(s, budget, tally.labels),
-        "teachers_per_label": n_teachers,
-        "settings": s.public(),
-        "labels": labels,
-        "tokens_private": private,
-        "tokens_fallback": tokens - private,
-        "tokens_fallback_by_reason": {k: v for k, v in tally.tokens.items() if k != "private"},
-        "private_token_share": private / tokens if tokens else 0.0,
-        "tokens_per_record": tally.per_record,
-        "records_requested": s.n_samples,
-        "records_written": len(tally.rows),
-        "records_empty_regenerated": tally.empty,
-        "token_decisions_in_empty_records": tally.empty_decisions,
-        "budget_exhausted": any(lr.budget_spent_at is not None for lr in tally.labels),
-    }
-
-
-def manifest_entry(report: dict[str, Any], accounting: str, requested_m: int | None) -> dict[str, Any]:
-    """The run's ``manifest.json``: method, accounting, the privacy report and the public M."""
-    return {"method": "hotpate", "accounting": accounting, "privacy": report,
-            "private_data": {"requested_m": requested_m}}  # fmt: skip
-
-
-def summary_line(report: dict[str, Any], rows: int, out: str, accounting: str, delta: float) -> str:
-    """What the CLI prints at its default level (public)."""
-    share, g = report.get("private_token_share", 0.0), report.get("guarantee", {})
-    return (
-        f"wrote {rows} records to {out}; {share:.0%} of their tokens from the private ensemble; "
-        f"({g.get('epsilon', 0.0):.4g}, {g.get('delta', delta):.3g})-DP ({accounting})"
+    return HotPateReport(
+        accounting=s.accounting,
+        guarantee=guarantee(s, budget, tally.labels),
+        epsilon=s.epsilon,
+        delta=s.delta,
+        plain_composition=plain_composition(s, budget, tally.labels),
+        teachers_per_label=n_teachers,
+        settings=s.public(),
+        labels=labels,
+        tokens_private=tally.tokens["private"],
+        tokens_fallback_by_reason={k: v for k, v in tally.tokens.items() if k != "private"},
+        tokens_per_record=tally.per_record,
+        records_requested=s.n_samples,
+        records_written=len(tally.rows),
+        records_empty_regenerated=tally.empty,
+        token_decisions_in_empty_records=tally.empty_decisions,
+        budget_exhausted=any(lr.budget_spent_at is not None for lr in tally.labels),
     )
 
 
-def publish(
-    out: Path, table: pa.Table, report: dict[str, Any], accounting: str, requested_m: int | None, delta: float
-) -> str:
+def manifest_entry(report: HotPateReport, requested_m: int | None) -> dict[str, Any]:
+    """The run's ``manifest.json``: method, accounting, the privacy report and the public M."""
+    return {"method": "hotpate", "accounting": report.accounting, "privacy": report.to_json(),
+            "private_data": {"requested_m": requested_m}}  # fmt: skip
+
+
+def summary_line(report: HotPateReport, rows: int, out: str) -> str:
+    """What the CLI prints at its default level (public)."""
+    return (
+        f"wrote {rows} records to {out}; {report.private_token_share:.0%} of their tokens from the private "
+        f"ensemble; ({report.epsilon_guaranteed:.4g}, {report.guarantee.get('delta', report.delta):.3g})-DP "
+        f"({report.accounting})"
+    )
+
+
+def publish(out: Path, table: pa.Table, report: HotPateReport, requested_m: int | None) -> str:
     """Write the run's published files and return the line the CLI prints.
 
     Published: settings and functions of the calls' outputs only (no count or hash of the records).
     """
     write_parquet(out / "synthetic.parquet", table)
-    write_json(out / "manifest.json", manifest_entry(report, accounting, requested_m))
-    return summary_line(report, table.num_rows, str(out), accounting, delta)
+    write_json(out / "manifest.json", manifest_entry(report, requested_m))
+    return summary_line(report, table.num_rows, str(out))
