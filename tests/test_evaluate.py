@@ -13,10 +13,12 @@ import pytest
 
 import wasp_vllm.evaluation.runner as runner
 from wasp_vllm.evaluation import (
+    BertClassifier,
     BertSettings,
     EvalReport,
     EvaluationError,
     LabelledTexts,
+    LogRegClassifier,
     MetricError,
     evaluate_private_only,
     evaluate_synthetic,
@@ -173,7 +175,7 @@ def test_label_balance_counts_names_and_indices_with_zeros():
 def test_logreg_reaches_high_accuracy_on_separable_data(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
     train, test = LabelledTexts(tr_texts, tr_y), LabelledTexts(te_texts, te_y)
-    report = train_and_score(train, test, NAMES3, embedder=embedder, seed=0)
+    report = train_and_score(train, test, NAMES3, LogRegClassifier(embedder), seed=0)
     assert report.accuracy > 0.95 and report.macro_f1 > 0.95
     assert set(report.per_label_f1) == set(NAMES3)
     assert report.train_label_counts == {"a": 60, "b": 60, "c": 60}
@@ -191,7 +193,7 @@ def test_logreg_is_at_chance_on_label_shuffled_data():
     embedder = LookupEmbedderDouble({**tr_table, **te_table})
     shuffled = np.random.default_rng(7).permutation(tr_y)
     report = train_and_score(
-        LabelledTexts(tr_texts, shuffled), LabelledTexts(te_texts, te_y), NAMES3, embedder=embedder, seed=0
+        LabelledTexts(tr_texts, shuffled), LabelledTexts(te_texts, te_y), NAMES3, LogRegClassifier(embedder)
     )
     assert abs(report.accuracy - 1 / 3) < 0.07
 
@@ -199,9 +201,9 @@ def test_logreg_is_at_chance_on_label_shuffled_data():
 def test_logreg_is_deterministic_and_accepts_label_names(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
     train, test = LabelledTexts(tr_texts, tr_y), LabelledTexts(te_texts, te_y)
-    first = train_and_score(train, test, NAMES3, embedder=embedder, seed=0)
+    first = train_and_score(train, test, NAMES3, LogRegClassifier(embedder), seed=0)
     names = [NAMES3[i] for i in tr_y]
-    second = train_and_score(LabelledTexts(tr_texts, names), test, NAMES3, embedder=embedder, seed=0)
+    second = train_and_score(LabelledTexts(tr_texts, names), test, NAMES3, LogRegClassifier(embedder), seed=0)
     assert first.to_dict() == second.to_dict()
 
 
@@ -212,7 +214,7 @@ def test_precomputed_embeddings_skip_the_embedder(clusters):
         LabelledTexts(tr_texts, tr_y, embeddings=embedder.encode(tr_texts)),
         LabelledTexts(te_texts, te_y, embeddings=embedder.encode(te_texts)),
         NAMES3,
-        embedder=embedder,
+        LogRegClassifier(embedder),
     )
     assert embedder.calls == before + 2 and report.accuracy > 0.95
 
@@ -225,7 +227,7 @@ def test_label_absent_from_training_set_is_reported(clusters):
         LabelledTexts([t for t, k in zip(tr_texts, keep, strict=True) if k], tr_y[keep]),
         test,
         NAMES3,
-        embedder=embedder,
+        LogRegClassifier(embedder),
     )
     assert report.missing_train_labels == ["c"]
     assert report.train_label_counts["c"] == 0 and not report.degenerate
@@ -242,7 +244,7 @@ def test_single_class_training_set_gives_a_flagged_constant_predictor(clusters):
         LabelledTexts(tr_texts[:5], np.zeros(5, dtype=int)),
         test,
         NAMES3,
-        embedder=embedder,
+        LogRegClassifier(embedder),
     )
     assert report.degenerate
     assert report.accuracy == pytest.approx(1 / 3)
@@ -255,15 +257,15 @@ def test_train_and_score_error_cases(clusters):
     tr_texts, tr_y, te_texts, te_y, embedder = clusters
     train, test = LabelledTexts(tr_texts, tr_y), LabelledTexts(te_texts, te_y)
     with pytest.raises(EvaluationError, match="training set is empty"):
-        train_and_score(LabelledTexts([], []), test, NAMES3, embedder=embedder)
+        train_and_score(LabelledTexts([], []), test, NAMES3, LogRegClassifier(embedder))
     with pytest.raises(EvaluationError, match="test set is empty"):
-        train_and_score(train, LabelledTexts([], []), NAMES3, embedder=embedder)
+        train_and_score(train, LabelledTexts([], []), NAMES3, LogRegClassifier(embedder))
     with pytest.raises(EvaluationError, match="texts but"):
-        train_and_score(LabelledTexts(tr_texts, tr_y[:-1]), test, NAMES3, embedder=embedder)
-    with pytest.raises(EvaluationError, match="unknown task model"):
-        train_and_score(train, test, NAMES3, model="svm", embedder=embedder)
+        train_and_score(LabelledTexts(tr_texts, tr_y[:-1]), test, NAMES3, LogRegClassifier(embedder))
+    with pytest.raises(ValueError, match="model"):  # the settings name the task model, and refuse others
+        EvalSettings(test="drugs", model="svm")
     with pytest.raises(EvaluationError, match="out of range"):
-        train_and_score(LabelledTexts(tr_texts, tr_y + 1), test, NAMES3, embedder=embedder)
+        train_and_score(LabelledTexts(tr_texts, tr_y + 1), test, NAMES3, LogRegClassifier(embedder))
 
 
 def test_bert_without_a_local_model_is_a_clear_error(tmp_path):
@@ -276,8 +278,7 @@ def test_bert_without_a_local_model_is_a_clear_error(tmp_path):
             LabelledTexts(["x", "y"], [0, 1]),
             LabelledTexts(["z"], [0]),
             ["p", "q"],
-            model="bert",
-            bert=BertSettings(path=tmp_path / "missing"),
+            BertClassifier(BertSettings(path=tmp_path / "missing")),
         )
 
 
@@ -315,8 +316,7 @@ def test_bert_fine_tunes_a_local_encoder_directory(tmp_path):
         LabelledTexts(texts, labels),
         LabelledTexts(pos + neg, [0] * 4 + [1] * 4),
         ["pos", "neg"],
-        model="bert",
-        bert=settings.at(bert),
+        BertClassifier(settings.at(bert)),
     )
     assert report.model == "bert" and report.embedder is None and report.n_test == 8
     assert report.accuracy >= 0.75
@@ -467,7 +467,7 @@ def test_logreg_with_the_real_embedder_beats_chance():
         LabelledTexts(positive + negative, [0] * 6 + [1] * 6),
         LabelledTexts(test_pos + test_neg, [0] * 3 + [1] * 3),
         ["positive", "negative"],
-        embedder=Embedder("auto", device="cpu"),
+        LogRegClassifier(Embedder("auto", device="cpu")),
     )
     assert report.embedder and report.accuracy > 0.5 + 1e-9
     assert report.accuracy >= 5 / 6

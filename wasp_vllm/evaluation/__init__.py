@@ -8,9 +8,11 @@ blocks take plain arrays so they can be reused and tested without files or model
 
 from wasp_vllm.evaluation.bert import BertSettings, fit_predict_bert, resolve_bert_path
 from wasp_vllm.evaluation.classifier import (
-    TASK_MODELS,
+    BertClassifier,
     EvalReport,
     LabelledTexts,
+    LogRegClassifier,
+    TaskClassifier,
     TextEncoder,
     fit_predict_logreg,
     train_and_score,
@@ -22,13 +24,15 @@ from wasp_vllm.evaluation.plots import plot_accuracy, plot_fid_rounds
 from wasp_vllm.evaluation.runner import SyntheticSet, evaluate_synthetic, read_synthetic
 
 __all__ = [
-    "TASK_MODELS",
+    "BertClassifier",
     "BertSettings",
     "EvalReport",
     "EvaluationError",
     "LabelledTexts",
+    "LogRegClassifier",
     "MetricError",
     "SyntheticSet",
+    "TaskClassifier",
     "TextEncoder",
     "evaluate_private_only",
     "evaluate_synthetic",

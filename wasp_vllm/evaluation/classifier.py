@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -33,7 +33,6 @@ from wasp_vllm.evaluation.common import EvaluationError, to_label_indices
 
 log = logging.getLogger(__name__)
 
-TASK_MODELS = ("logreg", "bert")
 LOGREG_C = 1.0  # fixed regularisation; see the module docstring for why it is not tuned
 LOGREG_MAX_ITER = 2000
 
@@ -160,56 +159,91 @@ def _per_label_f1(
     return {name: (float(scores[i]) if i in seen else None) for i, name in enumerate(label_names)}
 
 
-def _predict(
-    model: str,
-    train: LabelledTexts,
-    train_y: np.ndarray,
-    test: LabelledTexts,
-    num_labels: int,
-    embedder: TextEncoder | None,
-    seed: int,
-    bert: BertSettings | None,
-) -> np.ndarray:
-    if model == "bert":
-        return fit_predict_bert(train.texts, train_y, test.texts, num_labels, seed, bert)
-    train_embeddings, test_embeddings = train.embeddings, test.embeddings
-    if train_embeddings is None or test_embeddings is None:
-        if embedder is None:
-            raise EvaluationError("logreg needs an embedder or precomputed embeddings")
-        train_embeddings = _encode(embedder, train.texts) if train_embeddings is None else train_embeddings
-        test_embeddings = _encode(embedder, test.texts) if test_embeddings is None else test_embeddings
-    train_embeddings = np.asarray(train_embeddings, dtype=np.float32)
-    test_embeddings = np.asarray(test_embeddings, dtype=np.float32)
-    if train_embeddings.shape[0] != len(train_y) or test_embeddings.shape[0] != len(test.texts):
-        raise EvaluationError("precomputed embeddings do not match the number of texts")
-    if train_embeddings.shape[1] != test_embeddings.shape[1]:
-        raise EvaluationError(
-            f"train and test embeddings differ in dimension: {train_embeddings.shape[1]} vs "
-            f"{test_embeddings.shape[1]}"
-        )
-    return fit_predict_logreg(train_embeddings, train_y, test_embeddings, seed, train.weights)
+class TaskClassifier(Protocol):
+    """The evaluation's task model: trained on labelled texts, it predicts the test texts' labels."""
+
+    @property
+    def name(self) -> str:
+        """What the report calls it ('logreg', 'bert')."""
+        ...
+
+    def fit_predict(
+        self, train: LabelledTexts, train_y: np.ndarray, test: LabelledTexts, num_labels: int, seed: int
+    ) -> np.ndarray: ...
+
+    def embedder_name(self, precomputed: bool) -> str | None:
+        """The sentence embedder the model used ("precomputed": the stored embeddings; None: none)."""
+        ...
+
+
+@dataclass
+class LogRegClassifier:
+    """Logistic regression on sentence embeddings: the stored ones where the texts carry them, else
+    ``embedder``'s (the packaged ``auto`` embedder, loaded when first needed, if none is given)."""
+
+    embedder: TextEncoder | None = None
+    name: ClassVar[str] = "logreg"
+
+    def fit_predict(
+        self, train: LabelledTexts, train_y: np.ndarray, test: LabelledTexts, num_labels: int, seed: int
+    ) -> np.ndarray:
+        train_embeddings = np.asarray(self._embeddings(train), dtype=np.float32)
+        test_embeddings = np.asarray(self._embeddings(test), dtype=np.float32)
+        if train_embeddings.shape[0] != len(train_y) or test_embeddings.shape[0] != len(test.texts):
+            raise EvaluationError("precomputed embeddings do not match the number of texts")
+        if train_embeddings.shape[1] != test_embeddings.shape[1]:
+            raise EvaluationError(
+                f"train and test embeddings differ in dimension: {train_embeddings.shape[1]} vs "
+                f"{test_embeddings.shape[1]}"
+            )
+        return fit_predict_logreg(train_embeddings, train_y, test_embeddings, seed, train.weights)
+
+    def _embeddings(self, side: LabelledTexts) -> np.ndarray:
+        """The stored embeddings, else the embedder's (the default one loaded on first need)."""
+        if side.embeddings is not None:
+            return side.embeddings
+        self.embedder = self.embedder or _default_embedder()
+        return _encode(self.embedder, side.texts)
+
+    def embedder_name(self, precomputed: bool) -> str | None:
+        if self.embedder is None:
+            return "precomputed" if precomputed else None
+        return str(getattr(self.embedder, "name", type(self.embedder).__name__))
+
+
+@dataclass(frozen=True)
+class BertClassifier:
+    """A local BERT-like encoder fine-tuned on the texts (``settings``: the recipe and the encoder)."""
+
+    settings: BertSettings | None = None
+    name: ClassVar[str] = "bert"
+
+    def fit_predict(
+        self, train: LabelledTexts, train_y: np.ndarray, test: LabelledTexts, num_labels: int, seed: int
+    ) -> np.ndarray:
+        return fit_predict_bert(train.texts, train_y, test.texts, num_labels, seed, self.settings)
+
+    def embedder_name(self, precomputed: bool) -> str | None:
+        return None
 
 
 def train_and_score(
     train: LabelledTexts,
     test: LabelledTexts,
     label_names: Sequence[str],
-    model: str = "logreg",
-    embedder: TextEncoder | None = None,
+    model: TaskClassifier | None = None,
     seed: int = 0,
-    *,
-    bert: BertSettings | None = None,
 ) -> EvalReport:
-    """Train the task model on the ``train`` texts and score it on the ``test`` texts.
+    """Train the task ``model`` (default: :class:`LogRegClassifier` on the ``auto`` embedder) on the
+    ``train`` texts and score it on the ``test`` texts.
 
-    ``embedder`` (logreg only) defaults to the ``auto`` sentence embedder; embeddings stored
-    with the texts (from the same embedder; the pipeline stores them) skip encoding; the
-    training weights (logreg only) weigh the samples.  ``bert``: the fine-tuning recipe and the
-    local encoder of ``model="bert"``.  Raises ``EvaluationError`` for an empty set, mismatched
-    lengths, unknown labels, an unknown model, or (bert) no local encoder.
+    Embeddings stored with the texts (from the same embedder; the pipeline stores them) skip
+    encoding; the training weights (logreg only) weigh the samples.  Raises ``EvaluationError``
+    for an empty set, mismatched lengths, unknown labels, or (bert) no local encoder.
     """
+    chosen: TaskClassifier = LogRegClassifier() if model is None else model
     label_names = list(label_names)
-    train_y, test_y = _checked_labels(model, train, test, label_names)
+    train_y, test_y = _checked_labels(train, test, label_names)
     train_counts = _counts(train_y, label_names)
     missing = [name for name, c in train_counts.items() if c == 0]
     notes = _coverage_notes(missing, label_names)
@@ -222,11 +256,9 @@ def train_and_score(
         )
         pred = np.full(len(test.texts), present[0], dtype=np.int64)
     else:
-        if model == "logreg" and embedder is None and (train.embeddings is None or test.embeddings is None):
-            embedder = _default_embedder()
-        pred = _predict(model, train, train_y, test, len(label_names), embedder, seed, bert)
+        pred = chosen.fit_predict(train, train_y, test, len(label_names), seed)
     return EvalReport(
-        model=model,
+        model=chosen.name,
         accuracy=float(accuracy_score(test_y, pred)),
         macro_f1=float(f1_score(test_y, pred, average="macro", zero_division=0)),
         per_label_f1=_per_label_f1(test_y, pred, label_names),
@@ -236,18 +268,16 @@ def train_and_score(
         n_train=len(train.texts),
         n_test=len(test.texts),
         degenerate=bool(degenerate),
-        embedder=_embedder_name(model, embedder, train.embeddings is not None),
+        embedder=chosen.embedder_name(train.embeddings is not None),
         seed=seed,
         notes=notes,
     )
 
 
 def _checked_labels(
-    model: str, train: LabelledTexts, test: LabelledTexts, label_names: list[str]
+    train: LabelledTexts, test: LabelledTexts, label_names: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Label indices of both sets, after checking the model name and that texts and labels match."""
-    if model not in TASK_MODELS:
-        raise EvaluationError(f"unknown task model {model!r}; choose one of {', '.join(TASK_MODELS)}")
+    """Label indices of both sets, after checking that texts and labels match."""
     train_y = to_label_indices(train.labels, label_names, what="train labels")
     test_y = to_label_indices(test.labels, label_names, what="test labels")
     _check_inputs(train.texts, train_y, "training")
@@ -266,11 +296,3 @@ def _coverage_notes(missing: list[str], label_names: list[str]) -> list[str]:
         return []
     log.warning("training set lacks %d of %d labels: %s", len(missing), len(label_names), missing)
     return [f"labels absent from the training set (never predicted): {missing}"]
-
-
-def _embedder_name(model: str, embedder: TextEncoder | None, precomputed: bool) -> str | None:
-    if model != "logreg" or (embedder is None and not precomputed):
-        return None
-    if embedder is None:
-        return "precomputed"
-    return str(getattr(embedder, "name", type(embedder).__name__))

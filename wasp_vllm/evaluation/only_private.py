@@ -46,8 +46,7 @@ def evaluate_private_only(
     enc = embedder if embedder is not None or not logreg else _make_embedder(settings.embedder)
     report = train_and_score(
         LabelledTexts(private.texts, private.labels), LabelledTexts(test.texts, test.labels), task.labels,
-        model=settings.model, embedder=enc, seed=settings.seed,
-        bert=settings.bert(bert_settings),
+        settings.classifier(enc, bert_settings), seed=settings.seed,
     )  # fmt: skip
     return PrivateOnlyScores(
         task=task.name, model=str(settings.model),

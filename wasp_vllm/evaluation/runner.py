@@ -205,8 +205,8 @@ def evaluate_synthetic(
         synth.texts, synth.labels, synth_emb if settings.model == TaskModel.LOGREG else None, weights
     )
     report = train_and_score(
-        train, LabelledTexts(test.texts, test.labels), task.labels, model=settings.model, embedder=enc,
-        seed=settings.seed, bert=settings.bert(bert_settings),
+        train, LabelledTexts(test.texts, test.labels), task.labels, settings.classifier(enc, bert_settings),
+        seed=settings.seed,
     )  # fmt: skip
     public, operator = None, None
     if enc is not None and synth_emb is not None:

@@ -17,6 +17,7 @@ from wasp_vllm.config import setting
 if TYPE_CHECKING:
     from wasp_vllm.data.records import Columns
     from wasp_vllm.evaluation.bert import BertSettings
+    from wasp_vllm.evaluation.classifier import TaskClassifier, TextEncoder
 
 # Help panels of `wasp-vllm evaluate --help`.
 SCORED, REAL, MODEL = "What is scored", "Real records beside it", "Task model"
@@ -79,6 +80,15 @@ class EvalSettings(BaseModel):
         from wasp_vllm.data.records import Columns
 
         return Columns(self.text_col, self.label_col)
+
+    def classifier(self, embedder: TextEncoder | None, recipe: BertSettings | None = None) -> TaskClassifier:
+        """The task model these settings name: logreg on ``embedder``'s sentence embeddings, or
+        BERT fine-tuned by ``recipe`` at ``--bert-path``."""
+        from wasp_vllm.evaluation.classifier import BertClassifier, LogRegClassifier
+
+        if self.model == TaskModel.BERT:
+            return BertClassifier(self.bert(recipe))
+        return LogRegClassifier(embedder)
 
     def bert(self, recipe: BertSettings | None = None) -> BertSettings:
         """The fine-tuning recipe (default: BertSettings') with ``--bert-path`` as its encoder."""
