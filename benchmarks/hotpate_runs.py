@@ -210,7 +210,8 @@ def notes(payload: dict[str, Any]) -> list[str]:
         "Defaults taken from these tables: the Gaussian accounting (target charging's cap is 0 hits at this "
         "M for every eps <= 8, so it makes no call), 1 record per teacher (three times the teachers of "
         "k = 3 at the same M, so about nine times the releases, at a similar agreement on the two frequent "
-        "labels), threshold fraction 0.9 (the best f at M = 600 for every eps).  The rare label (neutral, "
+        "labels), threshold fraction 0.9 (the best f at M = 600 for eps 4 and 8; at eps 1 every f "
+        "gives 0 to 2 private tokens).  The rare label (neutral, "
         "54 of 600 records) leaves most of its teachers empty: their agreement is the public prompt's."
     )
     out.append(

@@ -101,7 +101,7 @@ def one_k(k: int, m: int, limit: int, seeds: int) -> dict[str, Any]:
     walks, n = measured["walks"], measured["teachers_per_label"]
     return {
         "k": k, "teachers_per_label": n, "positions": sum(len(w["fractions"]) for w in walks),
-        "draws_per_position": measured["draws"], "measure_s": measured.get("seconds"),
+        "draws_per_position": measured["draws"], "measure_s": sum(w.get("seconds", 0.0) for w in walks),
         "measured": hotpate_runs.walk_summary(walks), "yields": yields_rows(walks, n, seeds),
         "sweep": sweep_rows(walks, (n, LARGE_N), seeds), "needed": needed_rows(walks, k, limit),
         "curve": curve(walks, k, limit),
