@@ -50,11 +50,12 @@ def test_vllm_engine_seeds_stops_and_chat_template():
     finally:
         engine.close()
     assert len({c.text for c in first}) >= 3  # different seeds, different samples
-    # Same seed, same sample: the seeds reach vLLM.  Compared on the first words only: vLLM's
-    # numerics depend on how requests are batched and on its prefix cache, and on a loaded CPU a
-    # later token can tip (seen once: word 12 of one of four samples).  Without the seeds every
-    # sample would differ from its first words.
-    assert [c.text.split()[:5] for c in first] == [c.text.split()[:5] for c in again]
+    # Same seed, same sample: the seeds reach vLLM.  vLLM's numerics depend on how requests are
+    # batched and on its prefix cache, so on a loaded CPU a near-tie can tip one token (seen in CI:
+    # word 12 of one of four samples, then word 4).  Different seeds gave 12 different 5-word
+    # starts of 12 here, so 3 of 4 same-seed pairs agreeing on theirs cannot happen without seeds.
+    same = [a.text.split()[:5] == b.text.split()[:5] for a, b in zip(first, again, strict=True)]
+    assert sum(same) >= 3, [(a.text, b.text) for a, b in zip(first, again, strict=True)]
     assert all(0 < c.n_tokens <= 24 for c in first)
     assert all('"' not in c.text for c in first)  # the stop string ends each sample
     assert "<|im_start|>user" in formatted and formatted.endswith('assistant\n"')

@@ -357,6 +357,7 @@ def test_the_cli_draws_hot_pate_noise_from_a_secret_key(tmp_path, monkeypatch):
 
     import wasp_vllm.hotpate.generate as hotpate
     from wasp_vllm.cli import app
+    from wasp_vllm.hotpate.report import HotPateReport
 
     seen = []
 
@@ -364,7 +365,13 @@ def test_the_cli_draws_hot_pate_noise_from_a_secret_key(tmp_path, monkeypatch):
         seen.append(noise_rng.bit_generator.seed_seq.entropy)
         keys = list(tmp_path.glob("*/private/noise.key"))  # this run's key only: the last one is gone
         assert [k.stat().st_mode & 0o777 for k in keys] == [0o600]
-        return hotpate.pa.Table.from_pylist([], schema=hotpate.SCHEMA), {"records_written": 0}
+        nothing = HotPateReport(
+            accounting="gaussian", guarantee={"epsilon": 0.0}, epsilon=4.0, delta=1e-5, plain_composition={},
+            teachers_per_label=0, settings={}, labels={}, tokens_private=0, tokens_fallback_by_reason={},
+            tokens_per_record=[], records_requested=0, records_written=0, records_empty_regenerated=0,
+            token_decisions_in_empty_records=0, budget_exhausted=False,
+        )  # fmt: skip
+        return hotpate.pa.Table.from_pylist([], schema=hotpate.SCHEMA), nothing
 
     monkeypatch.setattr(hotpate, "run_hotpate", spy)
     private = tmp_path / "p.csv"
