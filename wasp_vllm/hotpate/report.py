@@ -232,12 +232,12 @@ def manifest_entry(report: HotPateReport, requested_m: int | None) -> dict[str, 
             "private_data": {"requested_m": requested_m}}  # fmt: skip
 
 
-def summary_line(report: HotPateReport, rows: int, out: str) -> str:
+def summary_line(report: HotPateReport, out: str) -> str:
     """What the CLI prints at its default level (public)."""
+    delta = report.guarantee.get("delta", report.delta)
     return (
-        f"wrote {rows} records to {out}; {report.private_token_share:.0%} of their tokens from the private "
-        f"ensemble; ({report.epsilon_guaranteed:.4g}, {report.guarantee.get('delta', report.delta):.3g})-DP "
-        f"({report.accounting})"
+        f"wrote {report.records_written} records to {out}; {report.private_token_share:.0%} of their tokens "
+        f"from the private ensemble; ({report.epsilon_guaranteed:.4g}, {delta:.3g})-DP ({report.accounting})"
     )
 
 
@@ -248,4 +248,4 @@ def publish(out: Path, table: pa.Table, report: HotPateReport, requested_m: int 
     """
     write_parquet(out / "synthetic.parquet", table)
     write_json(out / "manifest.json", manifest_entry(report, requested_m))
-    return summary_line(report, table.num_rows, str(out))
+    return summary_line(report, str(out))

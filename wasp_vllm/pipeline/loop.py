@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -354,7 +355,7 @@ class Run:
         self._timed("io", write_parquet, out, final)
         manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out), self.engine_stats)
         if self.estimate is not None:
-            manifest = manifest.with_estimate(against_run(self.estimate, manifest, self.engine_kinds))
+            manifest = replace(manifest, estimate=against_run(self.estimate, manifest, self.engine_kinds))
         published = manifest.to_json()
         write_text(self.store.out / CARD_FILE, card_for_run(published, final, self.ctx.task))
         write_json(self.store.out / "manifest.json", published)

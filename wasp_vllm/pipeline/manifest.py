@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
@@ -148,9 +148,6 @@ class Manifest:
     engines: dict[str, dict[str, Any]] | None = None
     #: The plan made before the run beside what the run did (:func:`..estimate.against_run`).
     estimate: dict[str, Any] | None = None
-
-    def with_estimate(self, estimate: dict[str, Any]) -> Manifest:
-        return replace(self, estimate=estimate)
 
     def to_json(self) -> dict[str, Any]:
         """The published JSON: what ``manifest.json`` holds (written with sorted keys)."""
