@@ -27,7 +27,8 @@ from scipy.special import gammaln
 import wasp_vllm.hotpate.aggregators as aggregators
 import wasp_vllm.hotpate.steps as steps
 from wasp_vllm.data.records import PrivateSet, draw_records
-from wasp_vllm.hotpate.accounting import BoundaryNoisyArgMax, TargetChargingAccountant, stability_margin
+from wasp_vllm.hotpate.accounting import BoundaryNoisyArgMax, TargetChargingAccountant
+from wasp_vllm.hotpate.bounds import stability_margin
 from wasp_vllm.hotpate.ensembles import PreparedEnsemble, VoteHistogram
 from wasp_vllm.hotpate.prompts import build_teacher_prompts
 from wasp_vllm.hotpate.settings import HotPateSettings

@@ -1,6 +1,7 @@
 """Every setting is spelled once: a command's options are its settings model's fields (``generate``
 and ``audit``: RunConfig; ``privacy``: the RunConfig fields that decide sigma; ``evaluate``:
-EvalSettings; ``hotpate``: HotPateOptions), with the model's help and default."""
+EvalSettings; ``hotpate``: HotPateOptions; ``report``: ReportSettings; ``publish``:
+PublishSettings), with the model's help and default."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from wasp_vllm.cli.commands import PRIVACY_SETTINGS
 from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation.settings import EvalSettings
 from wasp_vllm.hotpate.options import HotPateOptions
+from wasp_vllm.publish.settings import PublishSettings
+from wasp_vllm.report.settings import ReportSettings
 
 #: The options a command has beside its settings' (where it writes, how it treats what is there).
 OWN_OPTIONS = {
@@ -25,6 +28,8 @@ OWN_OPTIONS = {
     "privacy": set(),
     "evaluate": {"synthetic", "out"},
     "hotpate": {"out", "overwrite"},
+    "report": {"run_dir", "out"},
+    "publish": {"run_dir", "dest", "overwrite"},
 }
 
 
@@ -43,6 +48,8 @@ def _options(command: str = "generate") -> dict[str, TyperOption | TyperArgument
         ("privacy", RunConfig, PRIVACY_SETTINGS),
         ("evaluate", EvalSettings, None),
         ("hotpate", HotPateOptions, None),
+        ("report", ReportSettings, None),
+        ("publish", PublishSettings, None),
     ],
 )
 def test_every_settings_field_is_an_option_with_its_help_and_default(command, model: type[BaseModel], fields):
@@ -111,3 +118,32 @@ def test_options_reach_the_config(monkeypatch, tmp_path):
     assert result.exit_code == 2 and "stop here" in result.output
     assert seen == {"private_limit": 7, "n": 12, "plms": "a,b", "strategy": "aug-pe", "sleep_mode": False}
     assert RunConfig(**{**seen, "strategy": "wasp"}).plms == ["a", "b"]  # the model splits the list
+
+
+def test_the_run_settings_are_one_value_per_role_and_each_help_panel_is_its_role():
+    from wasp_vllm.config import (
+        DataSettings,
+        EngineSettings,
+        MethodSettings,
+        PrivacySettings,
+        SamplingSettings,
+        WhatSettings,
+    )
+
+    roles = (WhatSettings, DataSettings, PrivacySettings, MethodSettings, SamplingSettings, EngineSettings)
+    owned = [name for role in roles for name in role.model_fields]
+    assert sorted(owned) == sorted(RunConfig.model_fields), "each setting belongs to exactly one role"
+    options = _options("generate")
+    for role in roles:
+        assert role.panel, role
+        for name in role.model_fields:
+            assert options[name].rich_help_panel == role.panel, name
+    # --help reads in the roles' order, and each role's value holds what the run was given
+    panels = list(dict.fromkeys(options[n].rich_help_panel for n in RunConfig.model_fields))
+    assert panels == [role.panel for role in roles]
+    cfg = RunConfig(epsilon=2.0, seed=7, engine="hf", plms="smollm2", q=3)
+    assert (cfg.privacy.epsilon, cfg.sampling.seed, cfg.engines.engine, cfg.what.plms, cfg.method.q) == (
+        2.0, 7, "hf", ["smollm2"], 3,
+    )  # fmt: skip
+    assert cfg.privacy == PrivacySettings(epsilon=2.0)
+    assert cfg.data == DataSettings()

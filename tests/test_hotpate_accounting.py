@@ -16,6 +16,8 @@ from wasp_vllm.hotpate.accounting import (
     StepOutcome,
     TargetBudgetExceeded,
     TargetChargingAccountant,
+)
+from wasp_vllm.hotpate.bounds import (
     boundary_q,
     composition_epsilon,
     laplace_sf,

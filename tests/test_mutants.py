@@ -225,7 +225,7 @@ MUTANTS = {
     ),
     "noise-seed-in-config-fingerprint": Mutant(
         "the config fingerprint hashes the noise seed (brute-forceable when small)",
-        "wasp_vllm/config.py",
+        "wasp_vllm/config/run.py",
         (('"sleep_mode", "noise_seed",', '"sleep_mode",'),),
         (f"{NOISE}::test_the_config_fingerprint_does_not_hash_the_noise_seed",),
     ),
@@ -244,12 +244,7 @@ MUTANTS = {
     "user-cap-not-in-the-plan": Mutant(
         "users keep k records but the plan charges one record per user",
         "wasp_vllm/pipeline/context.py",
-        (
-            (
-                '            (cfg.max_records_per_user or 1) if cfg.privacy_unit == "user" else 1,',
-                "            1,",
-            ),
-        ),
+        (("            privacy.records_per_unit,", "            1,"),),
         (f"{AUDIT}::test_user_level_runs_are_audited_at_k_records",),
     ),
     "label-prior-noise-over-100": Mutant(

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from wasp_vllm.pipeline.gate import REASONS, SCRIPTS, GateSettings, check_sample, clean_text
+from wasp_vllm.pipeline.gate import REASONS, GateSettings, check_sample
+from wasp_vllm.pipeline.text import SCRIPTS, clean_text
 
 SETTINGS = GateSettings()
 

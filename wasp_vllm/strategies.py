@@ -10,20 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 import numpy as np
 
 from wasp_vllm.tasks import draw_contrastive_examples
-
-
-class PromptKind(StrEnum):
-    """The three prompts of WASP (Table 7 of the paper); the task file holds their templates."""
-
-    ZERO_SHOT = "zero_shot"
-    FEW_SHOT = "few_shot"
-    CONTRASTIVE = "contrastive"
-
+from wasp_vllm.tasks.spec import PromptKind
 
 #: What ``--later-prompt auto`` means for the WASP family (whose prompt after round 0 can be either):
 #: few-shot, chosen on the validation splits of four built-in tasks (README, "Quality levers":

@@ -15,6 +15,7 @@ from wasp_vllm.cli.options import settings_command
 from wasp_vllm.config import RunConfig, build_settings
 from wasp_vllm.evaluation.settings import EvalSettings
 from wasp_vllm.hotpate.options import HotPateOptions
+from wasp_vllm.report.settings import ReportSettings
 
 if TYPE_CHECKING:
     from wasp_vllm.evaluation.results import SyntheticScores
@@ -95,7 +96,7 @@ def privacy(settings: dict[str, Any]) -> None:
 
         cfg = build_settings(RunConfig, settings)
         epsilon, delta, rounds, q = cfg.epsilon, cfg.delta, cfg.rounds, cfg.q
-        per_unit = cfg.max_records_per_user or 1
+        per_unit = cfg.privacy.records_per_unit
         table = Table(title=f"eps={epsilon}, delta={delta}, T={rounds}, Q={q}")
         for col in ("accountant", "neighbour", "sensitivity", "sigma", "eps actually spent (exact)"):
             table.add_column(col)
@@ -137,7 +138,9 @@ def tasks() -> None:
 
 
 @app.command()
+@settings_command(ReportSettings)
 def report(
+    settings: dict[str, Any],
     run_dir: Annotated[Path, typer.Argument(help="A finished run (its --out folder).")],
     out: Annotated[
         Path | None,
@@ -146,23 +149,16 @@ def report(
             "with --private)."
         ),
     ] = None,
-    private: Annotated[
-        str | None,
-        typer.Option(help="Private set for the operator's FID per round; the report is then NOT shareable."),
-    ] = None,
-    private_limit: Annotated[
-        int | None, typer.Option("--m", help="Same M as the run (default: the run's).")
-    ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the --m draw (default: the run's).")] = None,
 ) -> None:
     """Write a self-contained HTML report of a run: rounds, weights, labels, privacy spent, samples."""
     setup_logging(False)
     with friendly_errors():
         from wasp_vllm.report.page import render_report
 
-        page = render_report(run_dir, out, private=private, m=private_limit, seed=seed)
+        chosen = build_settings(ReportSettings, settings)
+        page = render_report(run_dir, out, chosen)
         console.print(f"report written to {page}", highlight=False)
-        if private is not None:
+        if chosen.private is not None:
             console.print(
                 "[bold red]operator only:[/] this report holds FID against the raw private records; "
                 "do not share it",

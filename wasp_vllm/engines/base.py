@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from wasp_vllm.config import SamplingSettings
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,19 @@ class GenerationParams:
     top_p: float = 1.0
     top_k: int = 50  # 0 = off
     stop: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_settings(
+        cls, sampling: SamplingSettings, *, task_cap: int | None = None, stop: tuple[str, ...] = ()
+    ) -> GenerationParams:
+        """A run's sampling: its settings, with the task's token cap where the run sets none."""
+        return cls(
+            max_new_tokens=sampling.max_new_tokens or task_cap or cls.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            stop=stop,
+        )
 
 
 @dataclass(frozen=True)

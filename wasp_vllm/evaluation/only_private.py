@@ -11,7 +11,7 @@ from wasp_vllm.evaluation.classifier import LabelledTexts, TextEncoder, train_an
 from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import label_balance
 from wasp_vllm.evaluation.results import PrivateOnlyScores
-from wasp_vllm.evaluation.settings import EvalSettings, TaskModel
+from wasp_vllm.evaluation.settings import EvalSettings
 
 
 def _make_embedder(spec: str) -> TextEncoder:
@@ -42,8 +42,8 @@ def evaluate_private_only(
         settings.private, task, settings.columns(), limit=settings.private_limit, seed=settings.seed
     )
     test = load_test(settings.test, task, settings.columns())
-    logreg = settings.model == TaskModel.LOGREG
-    enc = embedder if embedder is not None or not logreg else _make_embedder(settings.embedder)
+    needs_embedder = settings.model.trains_on_embeddings
+    enc = embedder if embedder is not None or not needs_embedder else _make_embedder(settings.embedder)
     report = train_and_score(
         LabelledTexts(private.texts, private.labels), LabelledTexts(test.texts, test.labels), task.labels,
         settings.classifier(enc, bert_settings), seed=settings.seed,

@@ -27,7 +27,7 @@ from wasp_vllm.evaluation.classifier import (
 from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
 from wasp_vllm.evaluation.results import LabelAgreement, OperatorFigures, SyntheticCounts, SyntheticScores
-from wasp_vllm.evaluation.settings import EvalSettings, TaskModel
+from wasp_vllm.evaluation.settings import EvalSettings
 
 log = logging.getLogger(__name__)
 
@@ -197,12 +197,12 @@ def evaluate_synthetic(
         raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")
     test = load_test(settings.test, task, settings.columns())
     # FID and the label agreement need embeddings whatever the task model is
-    need_embedder = settings.model == TaskModel.LOGREG or settings.private or settings.reference
+    need_embedder = settings.model.trains_on_embeddings or settings.private or settings.reference
     enc = embedder if embedder is not None or not need_embedder else _make_embedder(settings.embedder)
     synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
     weights = synth.weights if settings.use_weights else None
     train = LabelledTexts(
-        synth.texts, synth.labels, synth_emb if settings.model == TaskModel.LOGREG else None, weights
+        synth.texts, synth.labels, synth_emb if settings.model.trains_on_embeddings else None, weights
     )
     report = train_and_score(
         train, LabelledTexts(test.texts, test.labels), task.labels, settings.classifier(enc, bert_settings),

@@ -29,6 +29,11 @@ class TaskModel(StrEnum):
     LOGREG = "logreg"  # logistic regression on sentence embeddings (CPU, seconds)
     BERT = "bert"  # a local BERT-like model, fine-tuned (--bert-path)
 
+    @property
+    def trains_on_embeddings(self) -> bool:
+        """Whether this model learns from the sentence embedder's vectors (BERT reads the texts)."""
+        return self is TaskModel.LOGREG
+
 
 class EvalSettings(BaseModel):
     """Everything that decides what an evaluation reads and how it scores."""

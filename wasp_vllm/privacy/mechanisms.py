@@ -74,6 +74,17 @@ class FederatedVoting(VotingMechanism):
         return votes
 
 
+def open_voting(voters: Voters, q: int, plan: PrivacyPlan, secret: RunSecret, ledger: PrivacyLedger,
+                *, n_parties: int | None, tolerance: int = 0) -> VotingMechanism:  # fmt: skip
+    """The mechanism the voters call for: secure aggregation among the parties when each record has
+    one (``n_parties`` of them, ``tolerance`` of which may collude or drop), else central voting."""
+    if voters.parties is not None:
+        if n_parties is None:
+            raise ValueError("records with parties need the number of parties")
+        return FederatedVoting(voters, q, plan, secret, ledger, n_parties=n_parties, tolerance=tolerance)
+    return CentralVoting(voters, q, plan, secret, ledger)
+
+
 def release_label_histogram(
     labels: np.ndarray, n_labels: int, plan: PrivacyPlan, secret: RunSecret, ledger: PrivacyLedger
 ) -> np.ndarray:

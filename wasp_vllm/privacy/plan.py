@@ -16,6 +16,7 @@ from wasp_vllm.privacy.accountant import (
     GaussianRelease,
     Neighbour,
     PrivacyBudgetExceeded,
+    PrivacyLedger,
     PrivacyUnit,
     get_accountant,
     neighbour_of,
@@ -55,6 +56,11 @@ class PrivacyPlan:
     def needs_noise(self) -> bool:
         """True when at least one release touches private information."""
         return self.compositions > 0 or self.prior_sigma is not None
+
+    def open_ledger(self) -> PrivacyLedger:
+        """An empty ledger for this plan's budget and accountant (the budget is kept in the plan
+        alone; the ledger charges every release against it)."""
+        return PrivacyLedger(self.epsilon, self.delta, get_accountant(self.mode))
 
     def release(self, round_index: int) -> GaussianRelease:
         """The release this plan makes in one voting round."""

@@ -10,15 +10,10 @@ The PNGs lie beside ``index.html`` and are referenced relatively; the page loads
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import pyarrow.parquet as pq
 
 from wasp_vllm.report import plots as report_plots
 from wasp_vllm.report.plots import (
@@ -32,6 +27,8 @@ from wasp_vllm.report.plots import (
     sharing_section,
     table,
 )
+from wasp_vllm.report.run_view import OperatorFigures, RunView, label_counts, load_run, operator_fid
+from wasp_vllm.report.settings import ReportSettings
 
 WEIGHTS_PNG, LABELS_PNG, FID_PNG, WORK_PNG = "weights.png", "labels.png", "fid.png", "work.png"
 SAMPLES_PER_CELL = 3
@@ -41,116 +38,17 @@ OPERATOR_NOTE = (
 )
 
 
-class ReportError(ValueError):
-    """A folder that is not a finished run, or private data that cannot be compared with it."""
-
-
-@dataclass
-class RunView:
-    """What the report reads from a run directory: the manifest and the synthetic rows (no embeddings)."""
-
-    run_dir: Path
-    manifest: dict[str, Any]
-    rows: list[dict[str, Any]]
-    plms: list[str]
-    labels: list[str]
-    finished_at: datetime
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return dict(self.manifest.get("config", {}))
-
-
-@dataclass
-class OperatorFigures:
-    """FID per round against the raw private records: the operator's, never published."""
-
-    fid_by_round: dict[int, float]
-    source: str
-    m: int | None
-    seed: int
-    embedder: str
-    n_private: int
-
-
-def load_run(run_dir: Path) -> RunView:
-    """Read ``manifest.json`` and ``synthetic.parquet`` of a finished run."""
-    manifest_path, synthetic_path = run_dir / "manifest.json", run_dir / "synthetic.parquet"
-    for path in (manifest_path, synthetic_path):
-        if not path.is_file():
-            raise ReportError(f"{run_dir} is not a finished run: {path.name} is missing")
-    manifest = json.loads(manifest_path.read_text())
-    columns = [c for c in ("text", "label", "plm", "round", "prompt_kind") if c in _columns(synthetic_path)]
-    rows = pq.read_table(synthetic_path, columns=columns).to_pylist()
-    plms = list(manifest.get("config", {}).get("plms") or sorted({str(r.get("plm")) for r in rows}))
-    stamp = datetime.fromtimestamp(manifest_path.stat().st_mtime, tz=timezone.utc)
-    return RunView(run_dir, manifest, rows, plms, _label_order(manifest, rows), stamp)
-
-
-def _columns(path: Path) -> list[str]:
-    return list(pq.read_schema(path).names)
-
-
-def _label_order(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """The task's labels in its order (when the task resolves here), then any other label seen."""
-    seen = sorted({str(r.get("label")) for r in rows})
-    try:
-        from wasp_vllm.tasks import get_task
-
-        labels = list(get_task(str(manifest.get("config", {}).get("task") or manifest.get("task"))).labels)
-    except (ValueError, OSError):
-        labels = []
-    return labels + [x for x in seen if x not in labels]
-
-
 def default_out(run_dir: Path, operator: bool) -> Path:
     """``RUN_DIR/report``; an operator's report (with FID) goes under the run's ``private/`` folder."""
     return run_dir / "private" / "report" if operator else run_dir / "report"
 
 
-def operator_fid(view: RunView, private: str, m: int | None, seed: int | None) -> OperatorFigures:
-    """FID of the synthetic set up to each round against the private records (``load_private``)."""
-    from wasp_vllm.data.records import Columns, load_private
-    from wasp_vllm.engines.embedder import Embedder
-    from wasp_vllm.evaluation import fid_per_round, read_synthetic
-    from wasp_vllm.tasks import get_task
-
-    cfg = view.config
-    task = get_task(str(cfg.get("task") or view.manifest.get("task")))
-    m = cfg.get("private_limit") if m is None else m
-    seed = int(cfg.get("seed", 0)) if seed is None else seed
-    synth = read_synthetic(view.run_dir / "synthetic.parquet", task)
-    if synth.rounds is None or synth.embeddings is None:
-        raise ReportError("synthetic.parquet has no `round` or no `embedding` column: cannot compute FID")
-    name = synth.embedder_name or str(cfg.get("embedder", "auto"))
-    embedder = Embedder(name)
-    if int(embedder.dim) != synth.embeddings.shape[1]:
-        raise ReportError(
-            f"embedder {name} gives {embedder.dim}-d vectors, "
-            f"the stored ones have {synth.embeddings.shape[1]}"
-        )
-    data = load_private(
-        private,
-        task,
-        Columns(str(cfg.get("text_col", "text")), str(cfg.get("label_col", "label"))),
-        limit=m,
-        seed=seed,
-    )
-    private_emb = np.asarray(embedder.encode(data.texts), dtype=np.float32)
-    per_round = fid_per_round(synth.embeddings, synth.rounds, private_emb)
-    return OperatorFigures(per_round, private, m, seed, name, len(data))
-
-
-def render_report(
-    run_dir: Path,
-    out: Path | None = None,
-    private: str | None = None,
-    m: int | None = None,
-    seed: int | None = None,
-) -> Path:
-    """Write ``index.html`` and its PNGs into ``out``; return the page's path."""
+def render_report(run_dir: Path, out: Path | None = None, settings: ReportSettings | None = None) -> Path:
+    """Write ``index.html`` and its PNGs into ``out``; return the page's path.  With ``settings``
+    naming the private set, the page adds the operator's FID per round (and is theirs alone)."""
     view = load_run(Path(run_dir))
-    figures = operator_fid(view, private, m, seed) if private is not None else None
+    settings = settings or ReportSettings()
+    figures = operator_fid(view, settings) if settings.private is not None else None
     out = Path(out) if out is not None else default_out(view.run_dir, figures is not None)
     out.mkdir(parents=True, exist_ok=True)
     report_plots.plot_weights(view.manifest.get("rounds", []), view.plms, out / WEIGHTS_PNG)
@@ -163,16 +61,6 @@ def render_report(
     page = out / "index.html"
     page.write_text(build_html(view, figures), encoding="utf-8")
     return page
-
-
-def label_counts(view: RunView) -> dict[str, dict[str, int]]:
-    """Synthetic samples per label and PLM, zeros included."""
-    counts = {label: dict.fromkeys(view.plms, 0) for label in view.labels}
-    for row in view.rows:
-        cell = counts.setdefault(str(row.get("label")), dict.fromkeys(view.plms, 0))
-        plm = str(row.get("plm"))
-        cell[plm] = cell.get(plm, 0) + 1
-    return counts
 
 
 def build_html(view: RunView, figures: OperatorFigures | None) -> str:

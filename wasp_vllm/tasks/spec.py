@@ -18,8 +18,9 @@ import logging
 import re
 import string
 import sys
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -34,8 +35,16 @@ else:  # pragma: no cover - exercised only on Python 3.10
 
 logger = logging.getLogger(__name__)
 
-PromptKind = Literal["zero_shot", "few_shot", "contrastive"]
-PROMPT_KINDS: tuple[str, ...] = ("zero_shot", "few_shot", "contrastive")
+
+class PromptKind(StrEnum):
+    """The three prompts of WASP (Table 7 of the paper); a task file holds a template of each."""
+
+    ZERO_SHOT = "zero_shot"
+    FEW_SHOT = "few_shot"
+    CONTRASTIVE = "contrastive"
+
+
+PROMPT_KINDS: tuple[str, ...] = tuple(kind.value for kind in PromptKind)
 TASK_FILE_SUFFIXES: tuple[str, ...] = (".toml", ".yaml", ".yml")
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 
@@ -59,7 +68,6 @@ _REQUIRED_PLACEHOLDERS: dict[str, set[str]] = {
     "good_example": {"text"},
     "bad_example": {"text"},
 }
-_PROMPT_TEMPLATE_NAMES = ("zero_shot", "few_shot", "contrastive")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
 
@@ -118,7 +126,7 @@ class PromptTemplates(BaseModel):
             missing = sorted(_REQUIRED_PLACEHOLDERS[name] - used)
             if missing:
                 raise ValueError(f"templates.{name}: must contain placeholder(s) {missing}")
-        for name in _PROMPT_TEMPLATE_NAMES:
+        for name in PROMPT_KINDS:
             template = getattr(self, name)
             # A trailing space or newline makes tokenizers split the first word
             # of the continuation oddly; the sample must start right after it.

