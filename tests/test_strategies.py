@@ -133,3 +133,12 @@ def test_the_later_prompt_is_resolved_in_the_settings_and_used_by_the_loop(tmp_p
         manifest = run(make_cfg(private_csv, later_prompt=later), out, embedder)
         assert manifest["config"]["later_prompt"] == later
         assert kinds_by_round(out)[2] == {later}  # the last round, once the votes filled the pools
+
+
+def test_later_prompt_choices_are_auto_and_the_task_files_prompt_kinds():
+    from typing import get_args
+
+    from wasp_vllm.config.roles import LaterPrompt
+    from wasp_vllm.tasks.spec import PROMPT_KINDS
+
+    assert sorted(get_args(LaterPrompt)) == sorted(("auto", *PROMPT_KINDS))

@@ -110,6 +110,10 @@ class PrivacySettings(Role):
         return (self.max_records_per_user or 1) if self.privacy_unit == "user" else 1
 
 
+#: ``--later-prompt``: a prompt kind (tasks/spec.PromptKind), or 'auto' for the method's own.
+LaterPrompt = Literal["auto", "contrastive", "few_shot", "zero_shot"]
+
+
 class MethodSettings(Role):
     """The method: votes, pools, prompts, the checks on what the PLMs write, federated parties."""
 
@@ -122,7 +126,7 @@ class MethodSettings(Role):
         "prefix cache reuses them (0 = a fresh draw per prompt).", ge=0,
     )  # fmt: skip
     min_plm_share: int = setting(0, "Floor on each PLM's per-round quota.", ge=0)
-    later_prompt: Literal["auto", "contrastive", "few_shot", "zero_shot"] = setting(
+    later_prompt: LaterPrompt = setting(
         "auto", "WASP's prompt after round 0: 'contrastive' (the paper: good and bad examples of the "
         "label), 'few_shot' (the good examples only), 'zero_shot' (none: the votes only move the "
         "PLMs' shares), or 'auto' (the method's own; for WASP 'few_shot', measured better than "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ConfigDict, model_validator
 
@@ -17,6 +17,7 @@ from wasp_vllm.config.fields import build_settings
 from wasp_vllm.config.roles import (
     DataSettings,
     EngineSettings,
+    LaterPrompt,
     MethodSettings,
     PrivacySettings,
     SamplingSettings,
@@ -86,7 +87,7 @@ class RunConfig(
         if strategy not in STRATEGIES:
             return data  # the field's own check names the unknown method
         asked = data.get("later_prompt", "auto")
-        if asked not in ("auto", "contrastive", "few_shot", "zero_shot"):
+        if asked not in get_args(LaterPrompt):
             return data  # the field's own check lists the choices
         return {**data, "later_prompt": get_strategy(strategy).resolve_later_prompt(asked).value}
 
