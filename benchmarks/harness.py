@@ -54,6 +54,11 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
     ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),
     ("wasp-label-check-m03", "WASP, label check with margin 0.03", {"label_check_margin": 0.03}),
+    (
+        "wasp-zero-shot",
+        "WASP, zero-shot prompts (the votes move only the PLM shares)",
+        {"later_prompt": "zero_shot"},
+    ),
 )
 
 
