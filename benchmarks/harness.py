@@ -234,14 +234,38 @@ def run_config(method: Method, seed: int, data: Data, settings: Settings) -> Any
     )
 
 
+def key_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's settings as its record key holds them: a setting added after records were first
+    kept is left out where its value behaves as before it existed (those records stay valid; any
+    other value is a new key)."""
+    from wasp_vllm.strategies import get_strategy
+
+    as_before = {
+        "later_prompt": get_strategy(config["strategy"]).later_prompt.value,  # the method's own
+        "label_prior_smoothing": 0.0,
+        "label_prior_floor": 0.0,
+    }
+    return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
+
+
 def record_path(method: Method, seed: int, data: Data, settings: Settings) -> Path:
     """Where a finished run's record is kept: the key is the run's whole configuration, so a
     changed default is a new run, never a reuse."""
-    config = None if method.only_private else run_config(method, seed, data, settings).model_dump()
+    config = None
+    if not method.only_private:
+        config = key_config(run_config(method, seed, data, settings).model_dump())
     what = {"method": asdict(method), "seed": seed, "dataset": data.task, "split": data.split,
             "quick": settings.quick, "engine": settings.engine, "config": config}  # fmt: skip
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return settings.work / "records" / f"{method.key.replace(':', '_')}-seed{seed}-{key}.json"
+
+
+def out_of_time(method: Method, seed: int, data: Data, settings: Settings, minutes_in: float,
+                max_minutes: float | None) -> bool:  # fmt: skip
+    """Whether a run is skipped for the time budget: only a run still to do is (a finished one is
+    reused whatever the clock says, so ``--max-minutes 0`` rebuilds the tables from the cache)."""
+    past = max_minutes is not None and minutes_in > max_minutes
+    return past and not record_path(method, seed, data, settings).exists()
 
 
 def reuse_or_run(

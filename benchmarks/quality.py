@@ -53,6 +53,7 @@ from harness import (  # noqa: E402 - shared with quality_tasks.py, next to this
     Method,
     Settings,
     log,
+    out_of_time,
     run_or_fail,
     setup_logging,
 )
@@ -446,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for seed, method in run_order(methods, args):
             elapsed = (time.perf_counter() - start) / 60
-            if args.max_minutes is not None and elapsed > args.max_minutes:
+            if out_of_time(method, seed, data, settings, elapsed, args.max_minutes):
                 payload["skipped"].append((method.key, seed))
                 continue
             log.info("== %s seed %d (%.1f min in)", method.key, seed, elapsed)

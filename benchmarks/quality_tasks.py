@@ -44,6 +44,7 @@ from harness import (  # noqa: E402
     Method,
     Settings,
     log,
+    out_of_time,
     run_or_fail,
     setup_logging,
 )
@@ -65,16 +66,20 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
     """Every method by name, with the pair its paired difference is taken as (``a − b``)."""
     both = list(PLMS)
     wasp = {"strategy": "wasp", "plms": both}
+    fewshot = {**wasp, "strategy": "wasp-no-contrast"}  # = today's WASP, under the key its records have
     rows: list[tuple[str, str, str, dict[str, Any], tuple[str, str] | None]] = [
         ("only-private", "OnlyPrivate (no DP)", "baseline", {}, None),
         ("fusegen", "FuseGen (zero-shot, 2 PLMs)", "baseline", {"strategy": "fusegen", "plms": both}, None),
         *((f"aug-pe:{p}", f"Aug-PE ({p})", "baseline",
            {"strategy": "aug-pe", "plms": [p], **AS_PUBLISHED}, None) for p in PLMS),
         ("wasp", "WASP", "main", wasp, None),
-        ("wasp-fewshot", "WASP, few-shot prompts (no contrast)", "lever",
-         {**wasp, "strategy": "wasp-no-contrast"}, None),
+        ("wasp-fewshot", "WASP, few-shot prompts (no contrast)", "lever", fewshot, None),
         ("wasp-fewshot-uniform", "WASP, few-shot prompts, uniform label split", "lever",
-         {**wasp, "strategy": "wasp-no-contrast", "label_prior": "uniform"}, None),
+         {**fewshot, "label_prior": "uniform"}, ("wasp-fewshot-uniform", "wasp-fewshot")),
+        ("wasp-fewshot-smooth", "WASP, few-shot prompts, label prior half-way to even", "lever",
+         {**fewshot, "label_prior_smoothing": 0.5}, ("wasp-fewshot-smooth", "wasp-fewshot")),
+        ("wasp-fewshot-floor", "WASP, few-shot prompts, each label at least half an even share", "lever",
+         {**fewshot, "label_prior_floor": 0.5}, ("wasp-fewshot-floor", "wasp-fewshot")),
         ("wasp-no-weighting", "WASP, no PLM weighting", "lever",
          {**wasp, "strategy": "wasp-no-weighting"}, None),
         *((key, label, "lever", {**wasp, **change}, None) for key, label, change in LEVERS),
@@ -112,7 +117,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="token cap per sample: each task's own, or this where the task's is larger",
     )  # fmt: skip
     p.add_argument("--engine", choices=("auto", "vllm", "hf"), default="auto", help=f"auto = {AUTO_ENGINE}")
-    p.add_argument("--max-minutes", type=float, default=None, help="start no new run after this many minutes")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="start no new run after this many minutes (finished runs are reused: 0 = tables from the cache)",
+    )
     p.add_argument("--work", default=None, help="run folders and records (default runs/bench-tasks[-quick])")
     p.add_argument("--out", default=str(RESULTS), help="folder for the .md/.json/.png")
     p.add_argument("--name", default=None, help="output stem (default quality_tasks{_quick,_test})")
@@ -195,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 for key in args.methods:
                     method = table[key][0]
                     elapsed = (time.perf_counter() - start) / 60
-                    if args.max_minutes is not None and elapsed > args.max_minutes:
+                    if out_of_time(method, seed, data, settings, elapsed, args.max_minutes):
                         payload["skipped"].append([task, key, seed])
                         continue
                     log.info("== %s on %s, seed %d (%.1f min in)", key, task, seed, elapsed)

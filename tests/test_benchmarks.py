@@ -167,3 +167,30 @@ def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_see
         mean["diffs"] == pytest.approx([0.1, 0.1])
         and "label_agreement" not in paired["average"]["wasp − fusegen"]
     )
+
+
+def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp_path: Path) -> None:
+    """A setting added later, at the value that behaves as before it existed, keeps old records
+    valid; any other value (or a changed default) is a new key, never a reuse."""
+    import harness
+
+    data = harness.Data("trec", "validation")
+    method = harness.Method("x", "x", "lever", {"strategy": "wasp-no-contrast"})
+
+    def path(**shared) -> Path:  # the settings a benchmark's runs share reach the key via the config
+        settings = harness.Settings("vllm", 24, 2, None, tmp_path, config=shared)
+        return harness.record_path(method, 0, data, settings)
+
+    as_before = path()
+    assert path(later_prompt="few_shot", label_prior_smoothing=0.0, label_prior_floor=0.0) == as_before
+    changed = [path(later_prompt="zero_shot"), path(label_prior_smoothing=0.5), path(label_prior_floor=0.5)]
+    assert len({as_before, *changed}) == 4
+    settings = harness.Settings("vllm", 24, 2, None, tmp_path)
+    config = harness.run_config(harness.Method("w", "w", "main", {}), 0, data, settings).model_dump()
+    assert harness.key_config(config)["later_prompt"] == "few_shot"  # WASP's own was contrastive
+
+    assert not harness.out_of_time(method, 0, data, settings, minutes_in=5.0, max_minutes=10.0)
+    assert harness.out_of_time(method, 0, data, settings, minutes_in=11.0, max_minutes=10.0)
+    as_before.parent.mkdir(parents=True)
+    as_before.write_text("{}")  # a finished run is reused whatever the clock says
+    assert not harness.out_of_time(method, 0, data, settings, minutes_in=11.0, max_minutes=0.0)

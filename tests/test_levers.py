@@ -153,6 +153,36 @@ def test_a_private_label_prior_is_paid_for_and_shapes_the_labels(tmp_path):
         RunConfig(label_prior="private", accountant="paper")
 
 
+def _smoothed(raw: np.ndarray, smoothing: float) -> np.ndarray:
+    return (1 - smoothing) * raw + smoothing / raw.size
+
+
+def _floored(raw: np.ndarray, floor_of_even: float) -> np.ndarray:
+    shares = np.maximum(raw, floor_of_even / raw.size)
+    return shares / shares.sum()
+
+
+@pytest.mark.parametrize(
+    ("lever", "expected"),
+    [
+        ({"label_prior_smoothing": 0.5}, lambda raw: _smoothed(raw, 0.5)),
+        ({"label_prior_smoothing": 1.0}, lambda raw: np.full(3, 1 / 3)),
+        ({"label_prior_floor": 0.9}, lambda raw: _floored(raw, 0.9)),  # the 10 % label to 30 %
+    ],
+)
+def test_smoothing_and_floor_move_the_label_prior_towards_an_even_split(tmp_path, lever, expected):
+    settings = {"label_prior": "private", "label_prior_share": 0.5, "epsilon": 50.0}
+    (tmp_path / "raw").mkdir(), (tmp_path / "moved").mkdir()
+    _, raw, _ = run(tmp_path / "raw", **settings)
+    _, moved, _ = run(tmp_path / "moved", **settings, **lever)
+    raw_shares, shares = np.asarray(raw["labels"]["shares"]), np.asarray(moved["labels"]["shares"])
+    # Post-processing of the same noisy histogram: the same noise key draws the same counts.
+    assert shares == pytest.approx(expected(raw_shares), abs=1e-9)
+    assert np.ptp(shares) < np.ptp(raw_shares)
+    spent = [m["privacy"]["ledger"]["epsilon_spent_exact"] for m in (raw, moved)]
+    assert spent[0] == spent[1]  # no privacy cost
+
+
 def test_the_final_vote_writes_weights_that_evaluate_uses(tmp_path):
     cfg, manifest, table = run(tmp_path, final_vote=True)
     assert manifest["privacy"]["ledger"]["compositions"] == cfg.rounds  # T votes, not T-1

@@ -154,6 +154,16 @@ class MethodSettings(Role):
         "method reads the private records in one place anyway and the accountant is exact, else "
         "'uniform'.",
     )  # fmt: skip
+    label_prior_smoothing: float = setting(
+        0.0, "With a private label prior: how far its shares are pulled towards an even split "
+        "((1 - s) * noisy share + s / labels). 0 keeps the noisy shares; 1 is 'uniform'. Public "
+        "post-processing of the noisy histogram, no privacy cost.", ge=0, le=1,
+    )  # fmt: skip
+    label_prior_floor: float = setting(
+        0.0, "With a private label prior: each label gets at least this fraction of an even share "
+        "(0.5 = half of 1 / labels), so noise cannot starve a rare label (never below a share of 0.05). "
+        "Public post-processing, no privacy cost.", ge=0, le=1,
+    )  # fmt: skip
     final_vote: bool = setting(
         False, "Spend one more vote over the whole output and write a `weight` column from it (the run "
         "pays for T votes instead of T-1).",

@@ -115,11 +115,11 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     cap = cfg.max_new_tokens or task.max_new_tokens
     engines = [_engine_estimate(spec, cfg, device, sum(q[spec] for q in quotas), cap) for spec in cfg.plms]
     concurrent = cfg.concurrent if cfg.concurrent is not None else device == "gpu"
-    labels = (
-        "per label: from the noisy histogram of the private labels (known once it is released)"
-        if cfg.label_prior == "private"
-        else f"even over the {len(task.labels)} labels"
-    )
+    labels = f"even over the {len(task.labels)} labels"
+    if cfg.label_prior == "private":
+        labels = "per label: from the noisy histogram of the private labels (known once it is released)"
+        if cfg.label_prior_smoothing:
+            labels += f", {cfg.label_prior_smoothing:g} of the way to an even split"
     return RunPlan(
         summary={
             "strategy": cfg.strategy,

@@ -279,7 +279,7 @@ class Run:
             counts = release_label_histogram(
                 self.ctx.private.labels, len(self.ctx.task.labels), self.ctx.plan, self.secret, state.ledger
             )
-        return label_shares(counts).tolist()
+        return label_shares(counts, self.cfg.label_prior_smoothing, self.cfg.label_prior_floor).tolist()
 
     def _open_voting(self, state: RunState) -> VotingMechanism | None:
         if self.secret is None or not self.strategy.votes or self.ctx.plan.sigma is None:

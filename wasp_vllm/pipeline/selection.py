@@ -251,11 +251,15 @@ def split_over_labels(n: int, n_labels: int, offset: int = 0) -> np.ndarray:
 MIN_LABEL_SHARE = 0.05
 
 
-def label_shares(noisy_counts: np.ndarray, floor: float = MIN_LABEL_SHARE) -> np.ndarray:
-    """Shares of the labels from a noisy histogram (post-processing): clipped at 0, floored, summing to 1."""
+def label_shares(noisy_counts: np.ndarray, smoothing: float = 0.0, floor_of_even: float = 0.0) -> np.ndarray:
+    """Shares of the labels from a noisy histogram (post-processing): clipped at 0, pulled towards
+    an even split by ``smoothing``, floored at ``floor_of_even`` of an even share (at least
+    :data:`MIN_LABEL_SHARE`), summing to 1."""
     counts = np.clip(_float_vector("noisy_counts", noisy_counts), 0.0, None)
-    shares = counts / counts.sum() if counts.sum() > 0 else np.full(counts.size, 1.0 / counts.size)
-    shares = np.maximum(shares, floor)
+    even = np.full(counts.size, 1.0 / counts.size)
+    shares = counts / counts.sum() if counts.sum() > 0 else even
+    shares = (1.0 - smoothing) * shares + smoothing * even
+    shares = np.maximum(shares, max(MIN_LABEL_SHARE, floor_of_even / counts.size))
     return shares / shares.sum()
 
 
