@@ -109,6 +109,13 @@ class RunConfig(
                 "label_prior=private cannot be used with parties: it would pool the parties' exact "
                 "labels in one place; use label_prior=uniform (or auto) with --parties"
             )
+        shaping = {k: v for k, v in (("label_prior_smoothing", self.label_prior_smoothing),
+                                     ("label_prior_floor", self.label_prior_floor)) if v}  # fmt: skip
+        if shaping and self.label_prior != "private":
+            raise ValueError(
+                f"{' and '.join(shaping)}: only for a private label prior, and this run splits its "
+                f"labels evenly (label_prior={self.label_prior}); leave it out or use label_prior=private"
+            )
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "

@@ -120,6 +120,8 @@ def plan_run(cfg: RunConfig) -> RunPlan:
         labels = "per label: from the noisy histogram of the private labels (known once it is released)"
         if cfg.label_prior_smoothing:
             labels += f", {cfg.label_prior_smoothing:g} of the way to an even split"
+        if cfg.label_prior_floor:
+            labels += f", each label at least {cfg.label_prior_floor:g} of an even share"
     return RunPlan(
         summary={
             "strategy": cfg.strategy,
