@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,11 +42,11 @@ def _cli(args: list[str]) -> tuple[float, str]:
     return time.perf_counter() - start, proc.stdout
 
 
-def _evaluate(path: str, m: int) -> dict[str, Any]:
+def _evaluate(path: str, m: int, task: str = "drugs") -> dict[str, Any]:
     from wasp_vllm.evaluation import evaluate_synthetic
     from wasp_vllm.evaluation.settings import EvalSettings
 
-    scored = EvalSettings(test="drugs", task="drugs", private="drugs", private_limit=m, reference="drugs:fit")
+    scored = EvalSettings(test=task, task=task, private=task, private_limit=m, reference=f"{task}:fit")
     rep = evaluate_synthetic(path, scored)
     agreement = rep.any_label_agreement()  # the overall share; per label it is in the run's own report
     return {
@@ -61,10 +62,15 @@ def run_one(accounting: str, m: int) -> dict[str, Any]:
     args = ["hotpate", *DONE, "--accounting", accounting, "--out", str(out), "--overwrite"]
     seconds, stdout = _cli(args)
     p = json.loads((out / "manifest.json").read_text())["privacy"]
-    row = {
-        "command": "wasp-vllm " + " ".join(args[:-3]),
-        "accounting": accounting,
-        "wall_s": round(seconds),
+    row = {"command": "wasp-vllm " + " ".join(args[:-3]), "accounting": accounting, "wall_s": round(seconds),
+           **_spent(p), "stdout": stdout.strip()[-300:]}  # fmt: skip
+    row.update(_evaluate(str(out / "synthetic.parquet"), m))
+    return row
+
+
+def _spent(p: dict[str, Any]) -> dict[str, Any]:
+    """What a Hot PATE manifest's privacy block says the run wrote and spent."""
+    return {
         "records": p["records_written"],
         "private": p["tokens_private"],
         "fallback": p["tokens_fallback"],
@@ -73,10 +79,26 @@ def run_one(accounting: str, m: int) -> dict[str, Any]:
         "epsilon": p["guarantee"]["epsilon"],
         "queries": p["plain_composition"]["queries"],
         "plain_epsilon": p["plain_composition"]["epsilon"],
-        "stdout": stdout.strip()[-300:],
     }
-    row.update(_evaluate(str(out / "synthetic.parquet"), m))
+
+
+def imported_row(run_dir: Path) -> dict[str, Any]:
+    """A Hot PATE run made on another machine (a GPU), scored here.
+
+    ``run_dir`` holds its ``manifest.json`` and ``synthetic.parquet``, and ``device.json`` written by
+    whoever ran it: ``command``, ``task``, ``where`` (the machine and engine), ``wall_s``, ``ran``.
+    """
+    made = json.loads((run_dir / "device.json").read_text())
+    p = json.loads((run_dir / "manifest.json").read_text())["privacy"]
+    row = {**made, "teachers_per_label": p["teachers_per_label"], **_spent(p)}
+    row.update(_evaluate(str(run_dir / "synthetic.parquet"), p["settings"]["requested_m"], made["task"]))
     return row
+
+
+def merge_imported(previous: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The saved imported runs, a new one replacing an old one of the same command."""
+    commands = {r["command"] for r in new}
+    return [*(r for r in previous if r["command"] not in commands), *new]
 
 
 def run_wasp(m: int) -> dict[str, Any]:
@@ -169,6 +191,30 @@ def tables(runs: list[dict[str, Any]]) -> list[report.Table]:
             ],
         )
     ]
+
+
+def imported_tables(runs: list[dict[str, Any]]) -> list[report.Table]:
+    if not runs:
+        return []
+    header = ["command", "where", "teachers per label", "private / fallback tokens", "private share",
+              "fallback: abstain / no release / budget", "guarantee eps", "queries", "accuracy", "macro-F1",
+              "label agreement", "FID", "wall s", "ran"]  # fmt: skip
+    scores = ("accuracy", "macro_f1", "label_agreement", "fid", "wall_s", "ran")
+    rows = [
+        [r["command"], r["where"], r["teachers_per_label"], f"{r['private']} / {r['fallback']}", r["share"],
+         "{abstain} / {no_release} / {budget}".format(**r["by_reason"]), r["epsilon"], r["queries"],
+         *(r[k] for k in scores)]
+        for r in runs
+    ]  # fmt: skip
+    note = (
+        "evaluate_synthetic(path, TASK, TASK, reference='TASK:fit', private_source=TASK, private_limit=M): "
+        "the same classifier as above, on TASK's test split; on the GPU the private file was TASK's fit "
+        "split written to parquet; scored here with `python benchmarks/hotpate_yields.py --add-run DIR`"
+    )
+    title = (
+        "Real runs at a larger M, made on a GPU (transformers; the coordinated draw on the GPU), scored here"
+    )
+    return [report.Table(title, header, rows, [note])]
 
 
 def walk_summary(walks: list[dict[str, Any]]) -> list[dict[str, Any]]:

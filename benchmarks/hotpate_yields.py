@@ -162,7 +162,8 @@ def _k_tables(part: dict[str, Any], s: dict[str, Any]) -> list[report.Table]:
 
 def tables(payload: dict[str, Any]) -> list[report.Table]:
     out = [t for part in payload["by_k"] for t in _k_tables(part, payload["settings"])]
-    return [*out, *hotpate_runs.tables(payload.get("runs", []))]
+    runs, imported = payload.get("runs", []), payload.get("imported_runs", [])
+    return [*out, *hotpate_runs.tables(runs), *hotpate_runs.imported_tables(imported)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -182,8 +183,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--limit", type=int, default=12000, help="largest teachers per label extrapolated")
     p.add_argument("--out", type=Path, default=report.RESULTS)
     p.add_argument("--from-json", type=Path, default=None, help="only re-render a saved JSON")
+    p.add_argument(
+        "--add-run", type=Path, action="append", default=[],
+        help="a run made on another machine (folder with manifest.json, synthetic.parquet, device.json): "
+        "scored here and added to the saved JSON in --out, which is re-rendered (repeatable)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.add_run:
+        args.from_json = args.out / "hotpate_yields.json"
+        saved = report.read_json(args.from_json)
+        new = [hotpate_runs.imported_row(d) for d in args.add_run]
+        saved["imported_runs"] = hotpate_runs.merge_imported(saved.get("imported_runs", []), new)
+        report.write_json(args.from_json, saved)
     if args.from_json is not None:
         saved = report.read_json(args.from_json)
         report.write_all(args.out, "hotpate_yields", TITLE, saved, tables(saved), plot)

@@ -116,6 +116,37 @@ def test_coordinated_votes_coincide_for_identical_teachers_independent_spread():
     assert min(independent) >= 3  # independent samples spread over the 5 tokens
 
 
+def test_the_coordinated_draw_on_a_tensor_gives_the_hosts_votes():
+    """A GPU source's rows are drawn where they are; the votes must be the host path's, draw by
+    draw, from the same shared randomness (run here on CPU tensors: the same code path)."""
+    torch = pytest.importorskip("torch")
+    from wasp_vllm.hotpate.ensembles import (
+        DeviceCoordinatedEnsemble,
+        PreparedEnsemble,
+        on_host,
+        prepare_ensemble,
+    )
+
+    probs = np.random.default_rng(3).dirichlet(np.full(300, 0.05), size=64).astype(np.float32)
+    probs[:, :40] = 0.0  # ruled-out tokens: never voted for, on either side
+    probs /= probs.sum(axis=1, keepdims=True)
+    device, host = (
+        prepare_ensemble(torch.from_numpy(probs), "coordinated"),
+        PreparedEnsemble(probs, "coordinated"),
+    )
+    assert isinstance(device, DeviceCoordinatedEnsemble)
+    rng_device, rng_host = np.random.default_rng(9), np.random.default_rng(9)
+    for _ in range(25):
+        votes = device.votes(rng_device)
+        assert votes.dtype == np.int64 and votes.min() >= 40
+        assert np.array_equal(votes, host.votes(rng_host))
+    drawn, expected = device.histogram(rng_device), host.histogram(rng_host)
+    assert np.array_equal(drawn.tokens, expected.tokens) and np.array_equal(drawn.counts, expected.counts)
+    # independent draws (and plain arrays) stay on the host
+    assert isinstance(prepare_ensemble(torch.from_numpy(probs), "independent"), PreparedEnsemble)
+    assert np.array_equal(on_host(torch.from_numpy(probs)), probs)
+
+
 def test_independent_votes_are_marginally_right_and_skip_zero_probability():
     rng = np.random.default_rng(2)
     p = np.array([0.0, 0.3, 0.0, 0.7])
@@ -255,6 +286,62 @@ def test_generate_record_stops_at_a_stop_string_after_a_public_prefix():
     assert out.releases == out.private + out.fallback
 
 
+class TensorRows:
+    """A source whose rows come back as CPU tensors, as a GPU teacher source's stay on its device."""
+
+    def __init__(self, source: StubSource) -> None:
+        self.source = source
+        self.n_rows, self.vocab_size, self.stop_token_ids = (
+            source.n_rows,
+            source.vocab_size,
+            source.stop_token_ids,
+        )
+
+    def next_distributions(self):
+        import torch
+
+        return torch.from_numpy(self.source.next_distributions().astype(np.float32))
+
+    def __getattr__(self, name: str):
+        return getattr(self.source, name)
+
+
+def test_a_record_from_tensor_rows_is_the_record_from_array_rows():
+    """The same seeds give the same tokens, sources and releases whether the teachers' rows stay on
+    a device (tensor) or come to the host (array), the public row on its own or not."""
+    pytest.importorskip("torch")
+    from wasp_vllm.hotpate import generate_record
+    from wasp_vllm.hotpate.teachers import WithPublicRow
+
+    teachers = [f"teacher prompt {i}" for i in range(30)]
+
+    def record(on_device: bool, public_alone: bool) -> list[tuple]:
+        def wrap(prompts: list[str]):
+            stub = StubSource(prompts)
+            return TensorRows(stub) if on_device else stub
+
+        source = (
+            WithPublicRow(wrap(teachers), wrap(["public"])) if public_alone else wrap([*teachers, "public"])
+        )
+        sel = PrivateTokenSelector(
+            HomogeneousAggregator(2.0, threshold=12),
+            rng=np.random.default_rng(4),
+            noise_rng=np.random.default_rng(5),
+        )
+        outs = [generate_record(source, sel, max_tokens=12) for _ in range(4)]
+        return [(o.tokens, o.sources, o.releases, o.end) for o in outs]
+
+    stacked = WithPublicRow(TensorRows(StubSource(teachers)), TensorRows(StubSource(["public"])))
+    expected = WithPublicRow(StubSource(teachers), StubSource(["public"])).next_distributions()
+    assert np.array_equal(
+        stacked.next_distributions().numpy(), expected.astype(np.float32)
+    )  # public row last
+    for public_alone in (False, True):
+        on_host_rows = record(False, public_alone)
+        assert on_host_rows == record(True, public_alone)
+        assert sum(o[1]["private"] for o in on_host_rows) > 0  # private calls did happen
+
+
 def test_run_hotpate_table_and_report():
     texts, labels = _private_set()
     table, report = run_hotpate(
@@ -335,6 +422,9 @@ def _check_kv_cache_reuse(torch, lm) -> None:
         ens.reset()  # back to the prompts: the next record starts from the same teachers
         ens.append(appended[0])
         assert np.allclose(ens.next_distributions(), cached[1], atol=1e-6)
+    kept = TeacherEnsembleLM(lm, prompts, on_device=True).next_distributions()  # a GPU's rows stay there
+    assert isinstance(kept, torch.Tensor)
+    assert np.array_equal(kept.numpy(), TeacherEnsembleLM(lm, prompts).next_distributions())
 
 
 def test_the_noise_comes_from_its_own_stream_not_the_public_randomness():

@@ -109,8 +109,7 @@ class RunConfig(
                 "label_prior=private cannot be used with parties: it would pool the parties' exact "
                 "labels in one place; use label_prior=uniform (or auto) with --parties"
             )
-        shaping = {k: v for k, v in (("label_prior_smoothing", self.label_prior_smoothing),
-                                     ("label_prior_floor", self.label_prior_floor)) if v}  # fmt: skip
+        shaping = [name for name in ("label_prior_smoothing", "label_prior_floor") if getattr(self, name)]
         if shaping and self.label_prior != "private":
             raise ValueError(
                 f"{' and '.join(shaping)}: only for a private label prior, and this run splits its "

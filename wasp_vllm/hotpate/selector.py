@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from wasp_vllm.hotpate.aggregators import Aggregator
-from wasp_vllm.hotpate.ensembles import ENSEMBLE_KINDS, EnsembleKind, PreparedEnsemble
+from wasp_vllm.hotpate.ensembles import ENSEMBLE_KINDS, EnsembleKind, on_host, prepare_ensemble
 from wasp_vllm.hotpate.steps import GaussianStep, Neighbour, PrivateStep
 from wasp_vllm.hotpate.teachers import DistributionSource
 from wasp_vllm.privacy.accountant import PrivacyLedger
@@ -111,10 +112,11 @@ class PrivateTokenSelector:
         return self.step.unreachable(n_teachers, vocab_size)
 
     def fall_back(
-        self, public_probs: np.ndarray, tokens_so_far: Sequence[int], reason: str, used: int,
+        self, public_probs: Any, tokens_so_far: Sequence[int], reason: str, used: int,
         no_token: int | None = None,
     ) -> TokenDecision:  # fmt: skip
         """The public prompt's own token (never the "no token" bin); no private data involved."""
+        public_probs = on_host(public_probs)  # one row: a GPU source's row is copied over
         if no_token is not None:
             public_probs = np.array(public_probs, dtype=np.float64)
             public_probs[no_token] = 0.0
@@ -122,12 +124,14 @@ class PrivateTokenSelector:
 
     def select(
         self,
-        teacher_probs: np.ndarray,
-        public_probs: np.ndarray,
+        teacher_probs: Any,
+        public_probs: Any,
         tokens_so_far: Sequence[int],
         no_token: int | None = None,
     ) -> TokenDecision:
         """One token: up to ``1 + max_retries`` private calls, then the fallback.
+
+        The distributions are arrays, or tensors left on a GPU (the coordinated draw runs there).
 
         ``no_token`` is the id of a source's "no token" bin (the mass outside a top-K): the teachers
         may vote for it, but it is never returned - a call that picks it counts as nothing.
@@ -136,7 +140,7 @@ class PrivateTokenSelector:
         if self.step.unreachable(n, vocab):
             self.silent = "no_release"
             return self.fall_back(public_probs, tokens_so_far, "no_release", 0, no_token)
-        prepared, used = PreparedEnsemble(teacher_probs, self.ensemble), 0
+        prepared, used = prepare_ensemble(teacher_probs, self.ensemble), 0
         for _ in range(1 + self.max_retries):
             if not self.step.reserve():
                 self.silent = "budget"  # a refused call stays refused: the accountant only grows

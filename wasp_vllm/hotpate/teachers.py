@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from wasp_vllm.engines.devices import torch_device
+from wasp_vllm.hotpate.ensembles import is_tensor, on_host
 from wasp_vllm.hotpate.prompts import CHARS_PER_TOKEN_FLOOR
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class DistributionSource(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def next_distributions(self) -> np.ndarray: ...
+    def next_distributions(self) -> Any: ...  # an array, or a tensor left on a GPU
 
     def append(self, token_id: int) -> None: ...
 
@@ -91,8 +92,13 @@ class WithPublicRow:
     def vocab_size(self) -> int:
         return self.public.vocab_size
 
-    def next_distributions(self) -> np.ndarray:
-        return np.vstack([self.teachers.next_distributions(), self.public.next_distributions()])
+    def next_distributions(self) -> Any:
+        teachers, public = self.teachers.next_distributions(), self.public.next_distributions()
+        if is_tensor(teachers):  # rows left on a GPU: stack them there
+            import torch
+
+            return torch.cat([teachers, torch.as_tensor(public, device=teachers.device)])
+        return np.vstack([teachers, on_host(public)])
 
     def append(self, token_id: int) -> None:
         self.teachers.append(token_id)
@@ -206,6 +212,8 @@ class TeacherEnsembleLM:
     ``next_distributions()`` returns ``[n_rows, vocab]`` float32 probabilities (temperature
     applied); ``append(token_id)`` advances every row by that token with one decode step.
     ``chat`` (default: the model's) wraps each prompt as a user turn of the chat template.
+    ``on_device`` (default: off the CPU) returns them as a tensor left on the model's device, for
+    the coordinated draw to run there (see ``ensembles.DeviceCoordinatedEnsemble``).
     Prompt texts are private: they are never logged.
     """
 
@@ -218,6 +226,7 @@ class TeacherEnsembleLM:
         temperature: float = 1.0,
         chat: bool | None = None,
         pad_to: int | None = None,
+        on_device: bool | None = None,
     ) -> None:
         if not teacher_prompts:
             raise ValueError("TeacherEnsembleLM needs at least one prompt")
@@ -227,6 +236,7 @@ class TeacherEnsembleLM:
         # chat=False uses a chat model as a plain LM (the prompt is the raw text to continue).
         self.chat = self.lm.chat if chat is None else bool(chat and self.lm.chat)
         self.temperature = float(temperature)
+        self.on_device = self.lm.device.type != "cpu" if on_device is None else on_device
         self.n_rows = len(teacher_prompts)
         generation_eos = getattr(self.lm.model.generation_config, "eos_token_id", None)
         self.stop_token_ids = stop_ids(self.lm.tokenizer, generation_eos)
@@ -280,12 +290,12 @@ class TeacherEnsembleLM:
         self._cache = None
         self.generated = []
 
-    def next_distributions(self) -> np.ndarray:
+    def next_distributions(self) -> Any:
         """``softmax(logits / temperature)`` of every row at the current position."""
         import torch
 
         probs = torch.softmax(self._logits / self.temperature, dim=-1)
-        return probs.cpu().numpy()
+        return probs if self.on_device else probs.cpu().numpy()
 
     def append(self, token_id: int) -> None:
         """Feed the same token to every row, reusing each row's KV cache."""
