@@ -74,6 +74,8 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
            {"strategy": "aug-pe", "plms": [p], **AS_PUBLISHED}, None) for p in PLMS),
         ("wasp", "WASP", "main", wasp, None),
         ("wasp-fewshot", "WASP, few-shot prompts (no contrast)", "lever", fewshot, None),
+        ("wasp-contrastive", "WASP, contrastive prompts after round 0 (the paper's)", "lever",
+         {**wasp, "later_prompt": "contrastive"}, None),
         ("wasp-fewshot-uniform", "WASP, few-shot prompts, uniform label split", "lever",
          {**fewshot, "label_prior": "uniform"}, ("wasp-fewshot-uniform", "wasp-fewshot")),
         ("wasp-fewshot-smooth", "WASP, few-shot prompts, label prior half-way to even", "lever",

@@ -83,7 +83,8 @@ def test_an_imported_run_replaces_the_saved_one_of_the_same_command_and_shows_in
     row = {"command": "wasp-vllm hotpate --m 2400", "where": "a GPU", "teachers_per_label": 1200,
            "private": 597, "fallback": 1446, "share": 0.29, "epsilon": 4.0, "queries": 920,
            "by_reason": {"abstain": 39, "no_release": 0, "budget": 1407}, "accuracy": 0.56,
-           "macro_f1": 0.56, "label_agreement": 0.58, "fid": 0.84, "wall_s": 143, "ran": "2026-11-26"}  # fmt: skip
+           "macro_f1": 0.56, "label_agreement": 0.58, "fid": 0.84, "wall_s": 143,
+           "ran": "2026-11-26"}  # fmt: skip
     other = {**row, "command": "wasp-vllm hotpate --m 4800", "share": 0.95}
     merged = hotpate_runs.merge_imported([row, other], [{**row, "share": 0.3}])
     assert [(r["command"], r["share"]) for r in merged] == [(other["command"], 0.95), (row["command"], 0.3)]

@@ -1,0 +1,182 @@
+"""The rule that makes a quality lever a default, and its leave-one-task-out check.
+
+The rule (issue 22): a lever becomes a default only if, on the validation splits, it is worse
+than the default beyond the paired standard deviation on no task, and better on the mean over
+tasks (per seed the mean over tasks, paired by seed, beyond its standard deviation).
+
+Leave one task out: decide on the other tasks' validation rows alone, then score what was
+chosen (the lever or the default) on the held-out task's test split; the mean of those scores
+over the held-out tasks is the honest figure, since no choice saw the task it is scored on.
+
+    python benchmarks/lever_rule.py --validation benchmarks/results/quality_tasks_validation_prior.json \\
+        --pairs wasp-fewshot-uniform:wasp-fewshot,wasp-fewshot-floor:wasp-fewshot \\
+        --test benchmarks/results/quality_tasks.json --test-names wasp-fewshot=wasp
+
+writes ``benchmarks/results/lever_rule.{md,json}`` (``--name`` for another stem).  The runs
+themselves come from ``quality_tasks.py``: this only reads their JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import report
+from seed_stats import fmt_diff, paired_diff
+
+log = logging.getLogger("lever_rule")
+METRIC = "macro_f1"
+
+
+def _by_seed(entry: dict[str, list] | None, metric: str = METRIC) -> dict[int, Any]:
+    return dict(zip(entry["seeds"], entry[metric], strict=True)) if entry else {}
+
+
+def over_tasks(
+    tasks: dict[str, dict], method: str, names: list[str], metric: str = METRIC
+) -> dict[int, float | None]:
+    """Per seed, ``method``'s mean over ``names`` (only the seeds every one of them has)."""
+    by = [_by_seed(tasks.get(t, {}).get(method), metric) for t in names]
+    seeds = set.intersection(*(set(s for s, v in b.items() if v is not None) for b in by)) if by else set()
+    return {s: statistics.fmean(b[s] for b in by) for s in sorted(seeds)}
+
+
+def decide(tasks: dict[str, dict], lever: str, base: str, names: list[str]) -> dict[str, Any]:
+    """The rule on ``names``' validation rows: ``{"adopt", "why", "per_task", "mean"}``."""
+    per_task = {t: paired_diff(_by_seed(tasks.get(t, {}).get(lever)), _by_seed(tasks.get(t, {}).get(base)))
+                for t in names}  # fmt: skip
+    missing = [t for t, d in per_task.items() if d is None]
+    mean = paired_diff(over_tasks(tasks, lever, names), over_tasks(tasks, base, names))
+    if missing:
+        return {"adopt": False, "why": f"no paired rows on {', '.join(missing)}", "per_task": per_task,
+                "mean": mean}  # fmt: skip
+    worse = [t for t, d in per_task.items() if d and d["verdict"] == "gap" and d["mean"] < 0]
+    if worse:
+        why = "worse beyond its spread on " + ", ".join(f"{t} ({fmt_diff(per_task[t])})" for t in worse)
+    elif mean is None or mean["verdict"] != "gap" or mean["mean"] <= 0:
+        why = f"not better on the mean over tasks ({fmt_diff(mean)})"
+    else:
+        why = f"better on the mean ({fmt_diff(mean)}) and worse beyond its spread on no task"
+    return {"adopt": not worse and why.startswith("better"), "why": why, "per_task": per_task, "mean": mean}
+
+
+def leave_one_out(
+    validation: dict[str, dict],
+    test: dict[str, dict] | None,
+    lever: str,
+    base: str,
+    test_names: dict[str, str],
+) -> list[dict[str, Any]]:
+    """Per held-out task: the decision on the other tasks, and the chosen method's test scores."""
+    names = list(validation)
+    rows = []
+    for held in names:
+        choice = decide(validation, lever, base, [t for t in names if t != held])
+        chosen = lever if choice["adopt"] else base
+        scores = (test or {}).get(held, {}).get(test_names.get(chosen, chosen))
+        rows.append({"held_out": held, "adopt": choice["adopt"], "why": choice["why"], "chosen": chosen,
+                     "test_seeds": scores["seeds"] if scores else [],
+                     "test_macro_f1": scores[METRIC] if scores else None})  # fmt: skip
+    return rows
+
+
+def honest_mean(rows: list[dict[str, Any]]) -> float | None:
+    """The mean over held-out tasks of the chosen method's mean test score (None until every task has one)."""
+    means = [statistics.fmean(r["test_macro_f1"]) for r in rows if r["test_macro_f1"]]
+    return statistics.fmean(means) if means and len(means) == len(rows) else None
+
+
+def tables(payload: dict[str, Any]) -> list[report.Table]:
+    out = []
+    for pair in payload["pairs"]:
+        whole = pair["all_tasks"]
+        notes = [
+            f"on every validation task: {'adopt' if whole['adopt'] else 'keep the default'} ({whole['why']})"
+        ]
+        honest = pair["honest_test_macro_f1"]
+        honest_text = "not yet: some held-out task has no test rows" if honest is None else f"{honest:.3f}"
+        notes.append(f"honest test macro-F1 (mean over held-out tasks): {honest_text}")
+        rows = [[r["held_out"], "adopt" if r["adopt"] else "keep", r["why"], r["chosen"],
+                 "-" if not r["test_macro_f1"] else f"{statistics.fmean(r['test_macro_f1']):.3f}",
+                 ", ".join(map(str, r["test_seeds"])) or "-"] for r in pair["leave_one_out"]]  # fmt: skip
+        columns = [
+            "held-out task",
+            "decision on the other tasks",
+            "why",
+            "chosen",
+            "test macro-F1",
+            "test seeds",
+        ]
+        out.append(
+            report.Table(f"{pair['lever']} against {pair['base']}: leave one task out", columns, rows, notes)
+        )
+    return out
+
+
+def plot(payload: dict[str, Any], path: Path) -> None:
+    """Per lever, its paired macro-F1 gain per validation task and on the mean (± std; red: worse
+    beyond its spread, the rule's veto)."""
+    plt = report.pyplot()
+    pairs = payload["pairs"]
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.4), squeeze=False)
+    for ax, pair in zip(axes[0], pairs, strict=True):
+        whole = pair["all_tasks"]
+        cells = [*whole["per_task"].items(), ("mean", whole["mean"])]
+        names = [t for t, _ in cells]
+        means = [d["mean"] if d else 0.0 for _, d in cells]
+        stds = [(d["std"] or 0.0) if d else 0.0 for _, d in cells]
+        vetoed = [bool(d) and d["verdict"] == "gap" and d["mean"] < 0 for _, d in cells]
+        ax.bar(names, means, yerr=stds, capsize=3, color=["tab:red" if v else "tab:blue" for v in vetoed])
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_title(
+            f"{pair['lever']}\n− {pair['base']}: {'adopt' if whole['adopt'] else 'keep'}", fontsize=9
+        )
+        ax.set_ylabel("paired macro-F1 gain (validation)")
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--validation", type=Path, required=True, help="a quality_tasks.py JSON on the validation split"
+    )
+    p.add_argument(
+        "--pairs", required=True, help="lever:default pairs, comma-separated (method keys of that JSON)"
+    )
+    p.add_argument(
+        "--test", type=Path, default=None, help="a quality_tasks.py JSON on the test split (optional)"
+    )
+    p.add_argument(
+        "--test-names", default="", help="key=test_key renames, when the test JSON names a method otherwise"
+    )
+    p.add_argument("--out", type=Path, default=report.RESULTS)
+    p.add_argument("--name", default="lever_rule")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    validation = report.read_json(args.validation)["tasks"]
+    test = report.read_json(args.test)["tasks"] if args.test and args.test.exists() else None
+    renames = dict(kv.split("=", 1) for kv in args.test_names.split(",") if kv)
+    settings = {"validation": str(args.validation), "test": None if args.test is None else str(args.test)}
+    payload = report.start(__file__, sys.argv[1:] if argv is None else argv, {**settings, "metric": METRIC})
+    payload["pairs"] = []
+    for spec in args.pairs.split(","):
+        lever, _, base = spec.partition(":")
+        if not base or any(m not in entry for m in (lever, base) for entry in validation.values()):
+            raise SystemExit(f"--pairs {spec!r}: both methods must be in every task of {args.validation}")
+        rows = leave_one_out(validation, test, lever, base, renames)
+        whole = decide(validation, lever, base, list(validation))
+        payload["pairs"].append({"lever": lever, "base": base, "all_tasks": whole, "leave_one_out": rows,
+                                 "honest_test_macro_f1": honest_mean(rows)})  # fmt: skip
+    title = "Quality levers: the adoption rule, leave one task out"
+    report.write_all(args.out, args.name, title, report.finish(payload), tables(payload), plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The lever adoption rule and its leave-one-task-out check (benchmarks/lever_rule.py): pure logic
+on hand-made score tables, no runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import lever_rule  # noqa: E402
+
+
+def _table(scores: dict[str, dict[str, list[float]]]) -> dict[str, dict]:
+    """``{task: {method: [macro-F1 per seed]}}`` in quality_tasks.py's JSON shape."""
+    return {
+        t: {m: {"seeds": list(range(len(v))), "macro_f1": v} for m, v in ms.items()}
+        for t, ms in scores.items()
+    }
+
+
+# the lever gains on a and b, is level on c (inside its spread) and loses beyond its spread on d
+GRID = _table({
+    "a": {"lever": [0.60, 0.62], "base": [0.50, 0.51]},
+    "b": {"lever": [0.55, 0.57], "base": [0.50, 0.50]},
+    "c": {"lever": [0.40, 0.46], "base": [0.44, 0.43]},
+    "d": {"lever": [0.30, 0.31], "base": [0.35, 0.35]},
+})  # fmt: skip
+
+
+def test_a_lever_worse_beyond_its_spread_on_one_task_is_not_adopted():
+    whole = lever_rule.decide(GRID, "lever", "base", ["a", "b", "c", "d"])
+    assert not whole["adopt"] and whole["why"].startswith("worse beyond its spread on d")
+    assert whole["mean"]["mean"] > 0  # although it wins on the mean
+    assert lever_rule.decide(GRID, "lever", "base", ["a", "b", "c"])["adopt"]  # c is inside its spread
+
+
+def test_a_lever_level_on_the_mean_is_not_adopted_and_missing_rows_refuse():
+    level = _table(
+        {"a": {"lever": [0.5, 0.6], "base": [0.55, 0.55]}, "b": {"lever": [0.5, 0.5], "base": [0.5, 0.5]}}
+    )
+    assert lever_rule.decide(level, "lever", "base", ["a", "b"])["why"].startswith("not better on the mean")
+    missing = {**GRID, "e": {"base": GRID["a"]["base"]}}
+    choice = lever_rule.decide(missing, "lever", "base", ["a", "e"])
+    assert not choice["adopt"] and choice["why"] == "no paired rows on e"
+
+
+def test_leave_one_out_decides_without_the_held_out_task_and_scores_it_on_test():
+    test = _table({t: {"base": [0.1 * i, 0.1 * i], "renamed-lever": [0.1 * i + 0.05] * 2}
+                   for i, t in enumerate("abcd", start=1)})  # fmt: skip
+    rows = lever_rule.leave_one_out(GRID, test, "lever", "base", {"lever": "renamed-lever"})
+    adopt = {r["held_out"]: r["adopt"] for r in rows}
+    assert adopt == {"a": False, "b": False, "c": False, "d": True}  # only without d does it pass
+    by = {r["held_out"]: r for r in rows}
+    assert by["d"]["chosen"] == "lever" and by["d"]["test_macro_f1"] == pytest.approx([0.45, 0.45])
+    assert by["a"]["chosen"] == "base" and by["a"]["test_macro_f1"] == pytest.approx([0.1, 0.1])
+    assert lever_rule.honest_mean(rows) == pytest.approx((0.1 + 0.2 + 0.3 + 0.45) / 4)
+    assert lever_rule.honest_mean(lever_rule.leave_one_out(GRID, None, "lever", "base", {})) is None
+
+
+def test_the_cli_writes_its_tables_and_refuses_an_unknown_pair(tmp_path: Path):
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps({"tasks": GRID}))
+    lever_rule.main(["--validation", str(path), "--pairs", "lever:base", "--out", str(tmp_path)])
+    md = (tmp_path / "lever_rule.md").read_text()
+    assert "| d | adopt |" in md and "keep the default (worse beyond its spread on d" in md
+    with pytest.raises(SystemExit, match="both methods must be in every task"):
+        lever_rule.main(["--validation", str(path), "--pairs", "lever:nothing", "--out", str(tmp_path)])
