@@ -171,7 +171,7 @@ def tables(runs: list[dict[str, Any]]) -> list[report.Table]:
                     r["records"],
                     "-" if r["private"] is None else f"{r['private']} / {r['fallback']}",
                     "-" if r["share"] is None else r["share"],
-                    "{abstain} / {no_release} / {budget}".format(**r["by_reason"]),
+                    _fallback_cell(r),
                     r["epsilon"],
                     "-" if r["queries"] is None else r["queries"],
                     "-" if r["plain_epsilon"] is None else r["plain_epsilon"],
@@ -193,6 +193,10 @@ def tables(runs: list[dict[str, Any]]) -> list[report.Table]:
     ]
 
 
+def _fallback_cell(row: dict[str, Any]) -> str:
+    return "{abstain} / {no_release} / {budget}".format(**row["by_reason"])
+
+
 def imported_tables(runs: list[dict[str, Any]]) -> list[report.Table]:
     if not runs:
         return []
@@ -202,7 +206,7 @@ def imported_tables(runs: list[dict[str, Any]]) -> list[report.Table]:
     scores = ("accuracy", "macro_f1", "label_agreement", "fid", "wall_s", "ran")
     rows = [
         [r["command"], r["where"], r["teachers_per_label"], f"{r['private']} / {r['fallback']}", r["share"],
-         "{abstain} / {no_release} / {budget}".format(**r["by_reason"]), r["epsilon"], r["queries"],
+         _fallback_cell(r), r["epsilon"], r["queries"],
          *(r[k] for k in scores)]
         for r in runs
     ]  # fmt: skip

@@ -190,14 +190,11 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if args.add_run:
-        args.from_json = args.out / "hotpate_yields.json"
-        saved = report.read_json(args.from_json)
-        new = [hotpate_runs.imported_row(d) for d in args.add_run]
-        saved["imported_runs"] = hotpate_runs.merge_imported(saved.get("imported_runs", []), new)
-        report.write_json(args.from_json, saved)
-    if args.from_json is not None:
-        saved = report.read_json(args.from_json)
+    if args.from_json is not None or args.add_run:
+        saved = report.read_json(args.from_json or args.out / "hotpate_yields.json")
+        if args.add_run:
+            new = [hotpate_runs.imported_row(d) for d in args.add_run]
+            saved["imported_runs"] = hotpate_runs.merge_imported(saved.get("imported_runs", []), new)
         report.write_all(args.out, "hotpate_yields", TITLE, saved, tables(saved), plot)
         return
     ks = [int(x) for x in args.k.split(",")]

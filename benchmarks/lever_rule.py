@@ -27,41 +27,35 @@ from typing import Any
 
 import report
 from seed_stats import fmt_diff, paired_diff
+from tasks_report import averaged, by_seed
 
-log = logging.getLogger("lever_rule")
 METRIC = "macro_f1"
 
 
-def _by_seed(entry: dict[str, list] | None, metric: str = METRIC) -> dict[int, Any]:
-    return dict(zip(entry["seeds"], entry[metric], strict=True)) if entry else {}
-
-
-def over_tasks(
-    tasks: dict[str, dict], method: str, names: list[str], metric: str = METRIC
-) -> dict[int, float | None]:
-    """Per seed, ``method``'s mean over ``names`` (only the seeds every one of them has)."""
-    by = [_by_seed(tasks.get(t, {}).get(method), metric) for t in names]
-    seeds = set.intersection(*(set(s for s, v in b.items() if v is not None) for b in by)) if by else set()
-    return {s: statistics.fmean(b[s] for b in by) for s in sorted(seeds)}
+def vetoes(diff: dict[str, Any] | None) -> bool:
+    """A paired difference that is worse beyond its standard deviation: the rule's veto."""
+    return diff is not None and diff["verdict"] == "gap" and diff["mean"] < 0
 
 
 def decide(tasks: dict[str, dict], lever: str, base: str, names: list[str]) -> dict[str, Any]:
     """The rule on ``names``' validation rows: ``{"adopt", "why", "per_task", "mean"}``."""
-    per_task = {t: paired_diff(_by_seed(tasks.get(t, {}).get(lever)), _by_seed(tasks.get(t, {}).get(base)))
-                for t in names}  # fmt: skip
-    missing = [t for t, d in per_task.items() if d is None]
-    mean = paired_diff(over_tasks(tasks, lever, names), over_tasks(tasks, base, names))
-    if missing:
-        return {"adopt": False, "why": f"no paired rows on {', '.join(missing)}", "per_task": per_task,
-                "mean": mean}  # fmt: skip
-    worse = [t for t, d in per_task.items() if d and d["verdict"] == "gap" and d["mean"] < 0]
-    if worse:
+    rows = {t: tasks.get(t, {}) for t in names}
+    per_task = {
+        t: paired_diff(by_seed(r.get(lever), METRIC), by_seed(r.get(base), METRIC)) for t, r in rows.items()
+    }
+    if missing := [t for t, d in per_task.items() if d is None]:
+        why = f"no paired rows on {', '.join(missing)}"
+        return {"adopt": False, "why": why, "per_task": per_task, "mean": None}
+    average = averaged(tasks, names, [lever, base], (METRIC,))  # per seed, the mean over the tasks
+    mean = paired_diff(by_seed(average[lever], METRIC), by_seed(average[base], METRIC))
+    better = mean is not None and mean["verdict"] == "gap" and mean["mean"] > 0
+    if worse := [t for t, d in per_task.items() if vetoes(d)]:
         why = "worse beyond its spread on " + ", ".join(f"{t} ({fmt_diff(per_task[t])})" for t in worse)
-    elif mean is None or mean["verdict"] != "gap" or mean["mean"] <= 0:
+    elif not better:
         why = f"not better on the mean over tasks ({fmt_diff(mean)})"
     else:
         why = f"better on the mean ({fmt_diff(mean)}) and worse beyond its spread on no task"
-    return {"adopt": not worse and why.startswith("better"), "why": why, "per_task": per_task, "mean": mean}
+    return {"adopt": better and not worse, "why": why, "per_task": per_task, "mean": mean}
 
 
 def leave_one_out(
@@ -129,7 +123,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
         names = [t for t, _ in cells]
         means = [d["mean"] if d else 0.0 for _, d in cells]
         stds = [(d["std"] or 0.0) if d else 0.0 for _, d in cells]
-        vetoed = [bool(d) and d["verdict"] == "gap" and d["mean"] < 0 for _, d in cells]
+        vetoed = [vetoes(d) for _, d in cells]
         ax.bar(names, means, yerr=stds, capsize=3, color=["tab:red" if v else "tab:blue" for v in vetoed])
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_title(

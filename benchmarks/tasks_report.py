@@ -27,11 +27,13 @@ def per_task(runs: list[dict]) -> dict[str, dict[str, dict[str, list]]]:
     return out
 
 
-def _by_seed(entry: dict[str, list] | None, metric: str) -> dict[int, Any]:
+def by_seed(entry: dict[str, list] | None, metric: str) -> dict[int, Any]:
     return dict(zip(entry["seeds"], entry[metric], strict=True)) if entry else {}
 
 
-def averaged(tasks: dict[str, dict], names: list[str], order: list[str]) -> dict[str, dict[str, Any]]:
+def averaged(
+    tasks: dict[str, dict], names: list[str], order: list[str], metrics: tuple[str, ...] = METRICS
+) -> dict[str, dict[str, Any]]:
     """Per method, per seed the mean over every task (only seeds every task finished)."""
     out: dict[str, dict[str, Any]] = {}
     for method in order:
@@ -40,8 +42,8 @@ def averaged(tasks: dict[str, dict], names: list[str], order: list[str]) -> dict
             continue
         seeds = sorted(set.intersection(*(set(e["seeds"]) for e in entries if e)))
         row: dict[str, Any] = {"seeds": seeds}
-        for metric in METRICS:
-            vals = [[_by_seed(e, metric)[s] for e in entries] for s in seeds]
+        for metric in metrics:
+            vals = [[by_seed(e, metric)[s] for e in entries] for s in seeds]
             row[metric] = [None if any(v is None for v in vs) else statistics.fmean(vs) for vs in vals]
         out[method] = row
     return out
@@ -55,7 +57,7 @@ def paired_all(tasks: dict, average: dict, methods: list[dict]) -> dict[str, dic
             a, b = m["versus"]
             if a == b or a not in table or b not in table:
                 continue
-            diffs = {k: paired_diff(_by_seed(table[a], k), _by_seed(table[b], k)) for k in METRICS}
+            diffs = {k: paired_diff(by_seed(table[a], k), by_seed(table[b], k)) for k in METRICS}
             out.setdefault(where, {})[f"{a} − {b}"] = {k: v for k, v in diffs.items() if v is not None}
     return out
 

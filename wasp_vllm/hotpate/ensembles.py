@@ -78,6 +78,11 @@ def _check_probs(probs: np.ndarray) -> np.ndarray:
     return probs
 
 
+def shared_gumbel(rng: np.random.Generator, vocab_size: int) -> np.ndarray:
+    """The coordinated draw's shared noise ``-log u``, ``u ~ Exp(1)`` per token (float64, host)."""
+    return -np.log(rng.exponential(1.0, size=vocab_size))
+
+
 class PreparedEnsemble:
     """Teachers' distributions preprocessed once, for many draws of the ensemble.
 
@@ -104,7 +109,7 @@ class PreparedEnsemble:
         if self.kind == "coordinated":
             # argmax_j p_ij / u_j with one shared u ~ Exp(1): a Gumbel-max whose Gumbel noise
             # (-log u) is shared by all teachers; no division by tiny u.
-            shared = -np.log(rng.exponential(1.0, size=self.vocab_size))
+            shared = shared_gumbel(rng, self.vocab_size)
             return (self._table + shared[None, :]).argmax(axis=1).astype(np.int64)
         cdf = self._table
         # Inverse CDF with one uniform per teacher, scaled by the row total (rounding-safe).
@@ -140,7 +145,7 @@ class DeviceCoordinatedEnsemble:
     def votes(self, rng: np.random.Generator) -> np.ndarray:
         import torch
 
-        shared = torch.from_numpy(-np.log(rng.exponential(1.0, size=self.vocab_size)))
+        shared = torch.from_numpy(shared_gumbel(rng, self.vocab_size))
         scores = self._table.double() + shared.to(self._table.device)[None, :]
         return scores.argmax(dim=1).cpu().numpy().astype(np.int64)
 
