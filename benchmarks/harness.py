@@ -8,7 +8,8 @@
 * engines opened once per PLM and shared by every run (:class:`EnginePool`), an embedder that
   embeds each text once (:class:`CachedEmbedder`);
 * the run cache: a finished run's record is written atomically under ``WORK/records``, keyed by
-  the run's whole configuration, and reused by a restarted benchmark (:func:`reuse_or_run`);
+  the run's whole configuration, and reused by a restarted benchmark (:func:`reuse_or_run`); the
+  results JSON keeps each record's key, so a fresh clone resumes from it (:func:`restore_records`);
 * aggregation over seeds and differences paired by seed (:func:`paired`: a gap inside its
   standard deviation is "no gap"; ``seed_stats.py``).
 """
@@ -284,11 +285,34 @@ def reuse_or_run(
     path = record_path(method, seed, data, settings)
     if path.exists():
         log.info("   reusing %s", path)
-        return json.loads(path.read_text()), True
-    record = run_one(method, seed, data, settings, pool, embedder, extras)
+        return json.loads(path.read_text()) | {"cache_key": path.name}, True
+    record = run_one(method, seed, data, settings, pool, embedder, extras) | {"cache_key": path.name}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, record)  # atomic: a benchmark killed mid-write leaves no half record to reuse
     return record, False
+
+
+def restore_records(results: Path, work_of: Callable[[str], Path]) -> int:
+    """Put every finished run of a results JSON back into the run cache (``work_of(task)/records``)
+    under the key it was kept by, so a benchmark resumes from its committed results on a fresh
+    clone.  The key is the run's whole configuration: a run whose settings or defaults changed since
+    has another key and runs again.  Records already cached are left as they are; returns how many
+    were restored."""
+    from wasp_vllm.pipeline.store import write_json
+
+    if not results.exists():
+        return 0
+    restored = 0
+    for run in json.loads(results.read_text()).get("runs", []):
+        name = run.get("cache_key")  # failed runs and runs from before keys were kept have none
+        if not isinstance(name, str) or Path(name).name != name or not name.endswith(".json"):
+            continue
+        path = work_of(run["task"]) / "records" / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, {k: v for k, v in run.items() if k != "reused"})
+            restored += 1
+    return restored
 
 
 def run_or_fail(

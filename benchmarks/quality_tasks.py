@@ -10,8 +10,11 @@ by a logistic regression on MiniLM embeddings, label agreement against a classif
 Pre-Text; a gap inside its standard deviation is "no gap".
 
 A finished run's record is written atomically under ``--work`` and keyed by the run's whole
-configuration: an interrupted benchmark run again skips what finished.  ``--max-minutes`` starts
-no new run after the limit and reports what finished.
+configuration: an interrupted benchmark run again skips what finished.  The results JSON keeps
+every record with its key, and a run of the benchmark first restores them from the JSON it is
+about to rewrite: a grid too long for one sitting grows over several, on fresh clones too, from
+its committed results (a changed setting or default is a new key, so it runs again).
+``--max-minutes`` starts no new run after the limit and reports what finished.
 
     python benchmarks/quality_tasks.py --split validation          # the grid the defaults come from
     python benchmarks/quality_tasks.py --quick                     # CI size (a few minutes)
@@ -45,6 +48,7 @@ from harness import (  # noqa: E402
     Settings,
     log,
     out_of_time,
+    restore_records,
     run_or_fail,
     setup_logging,
 )
@@ -191,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     stem = Path(args.out) / args.name
     payload = new_payload(args, argv, table)
+    if restored := restore_records(stem.with_suffix(".json"), lambda task: args.work / task):
+        log.info("restored %d finished runs from %s.json into %s", restored, stem, args.work)
     start = time.perf_counter()
     embedder, pool = CachedEmbedder(), EnginePool(args.engine)
     judge = ReferenceJudge(embedder)

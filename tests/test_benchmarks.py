@@ -194,3 +194,34 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
     as_before.parent.mkdir(parents=True)
     as_before.write_text("{}")  # a finished run is reused whatever the clock says
     assert not harness.out_of_time(method, 0, data, settings, minutes_in=11.0, max_minutes=0.0)
+
+
+def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
+    """restore_records puts a results JSON's finished runs back under the keys they were kept by, so
+    the benchmark finds them; a run without a key, or with a name that leaves the cache, is not."""
+    import harness
+
+    data = harness.Data("trec", "test")
+    method = harness.Method("x", "x", "lever", {"strategy": "wasp-no-contrast"})
+    key = harness.record_path(method, 0, data, harness.Settings("vllm", 24, 2, None, tmp_path / "old")).name
+    runs = [
+        {"task": "trec", "method": "x", "seed": 0, "macro_f1": 0.5, "cache_key": key, "reused": True},
+        {"task": "trec", "method": "y", "seed": 0, "macro_f1": 0.4},  # kept before keys were
+        {"task": "trec", "method": "z", "seed": 0, "macro_f1": 0.3, "cache_key": "../../escaped.json"},
+    ]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"runs": runs}))
+    fresh = harness.Settings("vllm", 24, 2, None, tmp_path / "fresh" / "trec")
+    assert harness.out_of_time(method, 0, data, fresh, minutes_in=1.0, max_minutes=0.0)  # nothing cached
+
+    assert harness.restore_records(results, lambda task: tmp_path / "fresh" / task) == 1
+    assert not harness.out_of_time(method, 0, data, fresh, minutes_in=1.0, max_minutes=0.0)  # found
+    cached = harness.record_path(method, 0, data, fresh)
+    assert json.loads(cached.read_text()) == {k: v for k, v in runs[0].items() if k != "reused"}
+    assert [p.name for p in (tmp_path / "fresh" / "trec" / "records").iterdir()] == [key]
+    assert not list(tmp_path.rglob("escaped.json"))
+
+    cached.write_text(json.dumps({"macro_f1": 0.9}))  # what the cache holds wins over the JSON
+    assert harness.restore_records(results, lambda task: tmp_path / "fresh" / task) == 0
+    assert json.loads(cached.read_text()) == {"macro_f1": 0.9}
+    assert harness.restore_records(tmp_path / "missing.json", lambda task: tmp_path) == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,8 @@ def test_quick_quality_benchmark_scores_every_method(tmp_path):
 def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     """`benchmarks/quality_tasks.py --quick` on trec alone, N=24, T=2, one seed, without Aug-PE (CI
     time: the quality benchmark's test runs Aug-PE, and the averaging over tasks has a fast test in
-    test_benchmarks.py); a second invocation reuses every finished run and runs nothing."""
+    test_benchmarks.py); a second invocation reuses every finished run and runs nothing, and so does
+    a third with the run folders gone (a fresh clone resumes from the results JSON alone)."""
     out, work = tmp_path / "results", tmp_path / "runs"
     cmd = [sys.executable, str(REPO / "benchmarks" / "quality_tasks.py"), "--quick", "--tasks", "trec"]
     cmd += ["--methods", ",".join(METHODS)]
@@ -83,3 +85,10 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     second = json.loads((out / "t.json").read_text())
     assert second["ran"] == [] and len(second["reused"]) == len(METHODS)  # one task
     assert second["tasks"] == payload["tasks"]
+
+    shutil.rmtree(work)  # a fresh clone: only the results JSON is left, and it is enough
+    third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert third.returncode == 0, third.stderr[-3000:]
+    resumed = json.loads((out / "t.json").read_text())
+    assert resumed["ran"] == [] and len(resumed["reused"]) == len(METHODS)
+    assert resumed["tasks"] == payload["tasks"]
