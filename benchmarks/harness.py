@@ -245,6 +245,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "later_prompt": get_strategy(config["strategy"]).later_prompt.value,  # the method's own
         "label_prior_smoothing": 0.0,
         "label_prior_floor": 0.0,
+        "few_shot_examples": None,
     }
     return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
 

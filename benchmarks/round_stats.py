@@ -14,6 +14,8 @@ each round and PLM:
   the round's selected pools, rebuilt from the previous round's noisy votes exactly as the run
   chose them (``select_pools``): good and bad pools for a contrastive prompt, the good pool for a
   few-shot one; zero-shot samples have none;
+* ``similarity``: the mean cosine similarity between two of its samples of the same label (the
+  judge's embeddings): rising over the rounds, the samples are collapsing onto a few examples;
 * ``rejects``: generated samples thrown away, by reason (from the manifest).
 """
 
@@ -124,8 +126,23 @@ def round_stats(run_dir: Path, manifest: dict[str, Any], judge: ReferenceJudge) 
         predicted = judge.predict(task.name, [r["text"] for r in rows]) if rows else np.zeros(0)
         for plm in manifest["config"]["plms"]:
             mine = [(r, int(p)) for r, p in zip(rows, predicted, strict=True) if r["plm"] == plm]
-            out.append(_one(t, plm, mine, pools.get(t, {}), records.get(t, {}), task.labels))
+            entry = _one(t, plm, mine, pools.get(t, {}), records.get(t, {}), task.labels)
+            out.append(entry | {"similarity": same_label_similarity([r for r, _ in mine], judge.embedder)})
     return out
+
+
+def same_label_similarity(rows: list[dict], embedder: Any) -> float | None:
+    """The mean cosine similarity over pairs of samples of the same label (None: no such pair)."""
+    sums, pairs = 0.0, 0
+    for label in {r["label"] for r in rows}:
+        vecs = np.asarray(embedder.encode([r["text"] for r in rows if r["label"] == label]), dtype=np.float64)
+        if len(vecs) < 2:
+            continue
+        vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+        total = vecs.sum(axis=0)
+        sums += float(total @ total) - len(vecs)  # every ordered pair's cosine, less the diagonal
+        pairs += len(vecs) * (len(vecs) - 1)
+    return sums / pairs if pairs else None
 
 
 def _one(
@@ -167,8 +184,8 @@ def mean_over_seeds(entries: list[list[dict[str, Any]]]) -> list[dict[str, Any]]
             for reason, count in g["rejects"].items():
                 rejects[reason] = rejects.get(reason, 0) + count
         row: dict[str, Any] = {"round": t, "plm": plm, "seeds": len(group), "n": sum(g["n"] for g in group)}
-        for key in ("label_agreement", "junk_share", "ngram_overlap"):
-            vals = [g[key] for g in group if g[key] is not None]
+        for key in ("label_agreement", "junk_share", "ngram_overlap", "similarity"):
+            vals = [g[key] for g in group if g.get(key) is not None]  # similarity: runs kept before it
             row[key] = float(np.mean(vals)) if vals else None
         out.append(row | {"rejects": dict(sorted(rejects.items()))})
     return out

@@ -98,8 +98,9 @@ def _num(x: float | None, digits: int = 3) -> str:
 
 def _rounds_table(rounds: dict, reference: dict[str, float | None], method: str = "wasp") -> list[str]:
     lines = [
-        "| task | round | PLM | samples | label agreement | ≥2 emoji/#/@ (real) | 4-gram overlap | rejects |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | round | PLM | samples | label agreement | ≥2 emoji/#/@ (real) | 4-gram overlap | "
+        "same-label cosine | rejects |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for task, per in rounds.items():
         for e in per.get(method, []):
@@ -107,6 +108,7 @@ def _rounds_table(rounds: dict, reference: dict[str, float | None], method: str 
             lines.append(
                 f"| {task} | {e['round']} | {e['plm']} | {e['n']} | {_num(e['label_agreement'])} | "
                 f"{_num(e['junk_share'])} ({_num(reference.get(task))}) | {_num(e['ngram_overlap'])} | "
+                f"{_num(e.get('similarity'))} | "
                 f"{rejects or '-'} |"
             )
     return lines
@@ -126,8 +128,10 @@ def _header(payload: dict[str, Any], stem: Path) -> list[str]:
         "every task finished). Paired differences a − b by seed: a gap inside its std is 'no gap' "
         "(one seed: always 'no gap').",
         "",
-        f"Runs: {len(payload['ran'])} ran, {len(payload['reused'])} reused from `--work`, "
-        f"{len(payload['skipped'])} skipped (time budget). Engine start-up "
+        f"Runs: {len(payload['ran'])} ran, {len(payload['reused'])} reused from `--work` or the results "
+        f"JSON, {len(payload['skipped'])} skipped (time budget"
+        + ("; the grid is incomplete, so a cell holds the seeds it has" if payload["skipped"] else "")
+        + "). Engine start-up "
         f"{payload.get('engine_startup_s', {})} s. Total wall time: {payload.get('total_s', 0) / 60:.1f} min"
         + ("" if payload.get("finished") else " (still running)")
         + ".",

@@ -183,8 +183,9 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
 
     as_before = path()
     assert path(later_prompt="few_shot", label_prior_smoothing=0.0, label_prior_floor=0.0) == as_before
-    changed = [path(later_prompt="zero_shot"), path(label_prior_smoothing=0.5), path(label_prior_floor=0.5)]
-    assert len({as_before, *changed}) == 4
+    changed = [path(later_prompt="zero_shot"), path(label_prior_smoothing=0.5), path(label_prior_floor=0.5),
+               path(few_shot_examples=4)]  # fmt: skip
+    assert len({as_before, *changed}) == 5
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)
     config = harness.run_config(harness.Method("w", "w", "main", {}), 0, data, settings).model_dump()
     assert harness.key_config(config)["later_prompt"] == "few_shot"  # WASP's own was contrastive
@@ -225,3 +226,22 @@ def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
     assert harness.restore_records(results, lambda task: tmp_path / "fresh" / task) == 0
     assert json.loads(cached.read_text()) == {"macro_f1": 0.9}
     assert harness.restore_records(tmp_path / "missing.json", lambda task: tmp_path) == 0
+
+
+def test_same_label_similarity_is_the_mean_cosine_over_pairs_of_one_label() -> None:
+    import round_stats
+
+    vectors = {"a1": [1.0, 0.0], "a2": [2.0, 0.0], "a3": [0.0, 3.0], "b1": [1.0, 1.0], "c1": [0.0, 1.0]}
+
+    class ByText:  # an embedder for pure arithmetic: a fixed vector per text
+        def encode(self, texts: list[str]) -> np.ndarray:
+            return np.array([vectors[t] for t in texts])
+
+    def rows(*texts: str) -> list[dict]:
+        return [{"text": t, "label": t[0]} for t in texts]
+
+    assert round_stats.same_label_similarity(rows("a1", "a2"), ByText()) == pytest.approx(1.0)
+    # a: pairs (a1,a2)=1, (a1,a3)=0, (a2,a3)=0; b and c have one sample each, so no pair
+    mixed = rows("a1", "a2", "a3", "b1", "c1")
+    assert round_stats.same_label_similarity(mixed, ByText()) == pytest.approx(1 / 3)
+    assert round_stats.same_label_similarity(rows("b1", "c1"), ByText()) is None

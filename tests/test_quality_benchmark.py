@@ -75,6 +75,8 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
             (t, p) for t in (0, 1) for p in ("smollm2", "gemma3")
         }
         assert all(0.0 <= e["junk_share"] <= 1.0 for e in rounds if e["n"])
+        measured = [e["similarity"] for e in rounds if e["similarity"] is not None]
+        assert measured and all(-1.0 <= x <= 1.0 for x in measured)
     assert set(payload["average"]) == methods
     assert len(payload["paired"]["average"]["wasp − fusegen"]["macro_f1"]["diffs"]) == 1
     assert "| WASP |" in (out / "t.md").read_text()

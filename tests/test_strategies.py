@@ -142,3 +142,38 @@ def test_later_prompt_choices_are_auto_and_the_task_files_prompt_kinds():
     from wasp_vllm.tasks.spec import PROMPT_KINDS
 
     assert sorted(get_args(LaterPrompt)) == sorted(("auto", *PROMPT_KINDS))
+
+
+def test_fewer_few_shot_examples_vary_from_prompt_to_prompt(tmp_path, private_csv, embedder):
+    """With ``few_shot_examples`` K < S each few-shot prompt shows K of its label's S good examples,
+    drawn afresh, so the prompts of a label differ; unset, every prompt shows the whole pool."""
+    from tests.fakes import FakeEngineForUnitTests
+
+    def examples_per_prompt(**kw) -> list[frozenset[str]]:
+        engines: dict[str, FakeEngineForUnitTests] = {}
+        out = tmp_path / str(kw)
+        cfg = make_cfg(private_csv, n=90, s=4, later_prompt="few_shot", example_sets=0, **kw)
+        run(cfg, out, embedder, engines)
+        table = pq.read_table(out / "synthetic.parquet").to_pylist()
+        # a sample's fake words (before the quote that the prompt renders as ') identify it
+        earlier = {r["text"].split('"')[0] for r in table if r["round"] < 2}
+        prompts = [p for e in engines.values() for p in e.prompts]
+        return [s for s in (frozenset(t for t in earlier if t in p) for p in prompts) if s]
+
+    whole, some = examples_per_prompt(), examples_per_prompt(few_shot_examples=2)
+    assert {len(s) for s in whole} == {4} and {len(s) for s in some} == {2}
+    assert len(set(some)) > len(set(whole))  # K of S varies; the whole pool is one set per label
+
+
+def test_few_shot_examples_is_refused_where_no_few_shot_prompt_draws_from_a_pool():
+    from wasp_vllm.config import ConfigError, RunConfig, build_settings
+
+    assert RunConfig(few_shot_examples=4).few_shot_examples == 4
+    for bad, why in (
+        ({"later_prompt": "contrastive"}, "only for WASP's few-shot prompts"),
+        ({"strategy": "aug-pe", "plms": ["a"]}, "only for WASP's few-shot prompts"),
+        ({"strategy": "fusegen"}, "only for WASP's few-shot prompts"),
+        ({"s": 2}, "more than the pool of s=2"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            build_settings(RunConfig, {"few_shot_examples": 4, **bad})

@@ -132,6 +132,11 @@ class MethodSettings(Role):
         "PLMs' shares), or 'auto' (the method's own; for WASP 'few_shot', measured better than "
         "'contrastive' on the mean over four built-in tasks' validation splits).",
     )  # fmt: skip
+    few_shot_examples: int | None = setting(
+        None, "WASP's few-shot prompts: good examples per prompt, a fresh random draw from the label's "
+        "pool of S. Unset: all S, so every prompt of a label shows the same samples; fewer gives prompts "
+        "that differ.", ge=1,
+    )  # fmt: skip
     prompt_style: Literal["paper", "short"] = setting(
         "paper", "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs)."
     )

@@ -115,6 +115,18 @@ class RunConfig(
                 f"{' and '.join(shaping)}: only for a private label prior, and this run splits its "
                 f"labels evenly (label_prior={self.label_prior}); leave it out or use label_prior=private"
             )
+        if self.few_shot_examples is not None:
+            if self.later_prompt != "few_shot" or not get_strategy(self.strategy).chooses_later_prompt:
+                raise ValueError(
+                    f"few_shot_examples: only for WASP's few-shot prompts, and this run's prompts after "
+                    f"round 0 are {self.later_prompt} ({self.strategy}); leave it out, or use "
+                    "later_prompt=few_shot with a WASP strategy"
+                )
+            if self.few_shot_examples > self.s:
+                raise ValueError(
+                    f"few_shot_examples={self.few_shot_examples} is more than the pool of s={self.s} "
+                    "good examples per label it is drawn from"
+                )
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "

@@ -45,7 +45,7 @@ def prepare(
     that a wrong name fails before any engine starts; callers with their own engines skip it.
     """
     task = get_task(cfg.task)
-    strategy = get_strategy(cfg.strategy).with_later_prompt(cfg.later_prompt)
+    strategy = get_strategy(cfg.strategy).for_run(cfg.later_prompt, cfg.few_shot_examples)
     columns = Columns(cfg.text_col, cfg.label_col, cfg.attribute_col, cfg.user_col)
     if private_table is not None:
         private = table_to_set(private_table, task, "the private data", columns)
