@@ -182,10 +182,11 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
         return harness.record_path(method, 0, data, settings)
 
     as_before = path()
-    assert path(later_prompt="few_shot", label_prior_smoothing=0.0, label_prior_floor=0.0) == as_before
+    off = {"label_prior_smoothing": 0.0, "label_prior_floor": 0.0, "zero_shot_share": 0.0}
+    assert path(later_prompt="few_shot", **off) == as_before
     changed = [path(later_prompt="zero_shot"), path(label_prior_smoothing=0.5), path(label_prior_floor=0.5),
-               path(few_shot_examples=4)]  # fmt: skip
-    assert len({as_before, *changed}) == 5
+               path(few_shot_examples=4), path(zero_shot_share=0.5)]  # fmt: skip
+    assert len({as_before, *changed}) == 6
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)
     config = harness.run_config(harness.Method("w", "w", "main", {}), 0, data, settings).model_dump()
     assert harness.key_config(config)["later_prompt"] == "few_shot"  # WASP's own was contrastive

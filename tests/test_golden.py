@@ -75,7 +75,8 @@ ADDED_ROUND_FIELDS = ("missing", "rejects")
 #: Settings added since: the golden runs have them off (their value here), as before they existed.
 ADDED_SETTINGS = {"prompt_style": "paper", "quality_gate": False, "label_prior": "uniform",
                   "label_prior_share": 0.1, "label_prior_smoothing": 0.0,
-                  "label_prior_floor": 0.0, "final_vote": False, "few_shot_examples": None}  # fmt: skip
+                  "label_prior_floor": 0.0, "final_vote": False, "few_shot_examples": None,
+                  "zero_shot_share": 0.0}  # fmt: skip
 
 
 def _comparable_manifest(manifest: dict) -> dict:

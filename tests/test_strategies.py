@@ -177,3 +177,29 @@ def test_few_shot_examples_is_refused_where_no_few_shot_prompt_draws_from_a_pool
     ):
         with pytest.raises(ConfigError, match=why):
             build_settings(RunConfig, {"few_shot_examples": 4, **bad})
+
+
+def test_zero_shot_share_mixes_zero_shot_prompts_into_the_later_rounds(tmp_path, private_csv, embedder):
+    """``zero_shot_share`` F: after round 0 about F of the prompts show no examples; 0 leaves the run
+    as it was (the same examples drawn), 1 makes every later prompt zero-shot."""
+
+    def later_kinds(**kw) -> list[str]:
+        out = tmp_path / str(kw)
+        run(make_cfg(private_csv, n=120, later_prompt="few_shot", **kw), out, embedder)
+        table = pq.read_table(out / "synthetic.parquet").to_pylist()
+        return [r["prompt_kind"] for r in table if r["round"] > 0]
+
+    none, half, every = later_kinds(), later_kinds(zero_shot_share=0.5), later_kinds(zero_shot_share=1.0)
+    assert set(none) == {"few_shot"} and set(every) == {"zero_shot"}
+    assert 0.25 < half.count("zero_shot") / len(half) < 0.75
+
+
+def test_zero_shot_share_is_refused_where_the_later_prompts_are_zero_shot_already():
+    from wasp_vllm.config import ConfigError, RunConfig, build_settings
+
+    assert RunConfig(zero_shot_share=0.5, later_prompt="contrastive").zero_shot_share == 0.5
+    for bad in ({"strategy": "fusegen"}, {"later_prompt": "zero_shot"}):
+        with pytest.raises(ConfigError, match="zero_shot_share: only for methods whose prompts"):
+            build_settings(RunConfig, {"zero_shot_share": 0.5, **bad})
+    with pytest.raises(ConfigError):
+        build_settings(RunConfig, {"zero_shot_share": 1.5})

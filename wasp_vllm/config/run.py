@@ -127,6 +127,13 @@ class RunConfig(
                     f"few_shot_examples={self.few_shot_examples} is more than the pool of s={self.s} "
                     "good examples per label it is drawn from"
                 )
+        shows_examples = self.later_prompt != "zero_shot" and get_strategy(self.strategy).votes
+        if self.zero_shot_share and not shows_examples:
+            raise ValueError(
+                f"zero_shot_share: only for methods whose prompts after round 0 show voted examples, and "
+                f"this run's are zero-shot already ({self.strategy}, later_prompt={self.later_prompt}); "
+                "leave it out"
+            )
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "

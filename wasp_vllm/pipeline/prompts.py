@@ -81,9 +81,12 @@ class Share:
 
 
 def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: int) -> list[Slot]:
-    """One prompt per wanted label: zero-shot until the pools fill, then the strategy's prompt."""
+    """One prompt per wanted label: zero-shot until the pools fill, then the strategy's prompt (or,
+    for ``zero_shot_share`` of the prompts, zero-shot still)."""
     cfg, task, pools, strategy = rin.cfg, rin.task, rin.pools, rin.strategy
     rng = np.random.default_rng([cfg.seed, rin.t, share.k, share.part, attempt, 17])
+    # Its own stream, so the example draws are those of a run without zero-shot prompts.
+    zero_shot_rng = np.random.default_rng([cfg.seed, rin.t, share.k, share.part, attempt, 29])
     shared_sets = cfg.example_sets if strategy.shares_draws else 0
     drawn: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
     per_label: Counter[str] = Counter()
@@ -92,6 +95,8 @@ def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: i
         attribute = pick_attribute(task, label, rng)
         good_pool, bad_pool = pools.good.get(label, []), pools.bad.get(label, [])
         kind = strategy.prompt_kind(rin.t, bool(good_pool))
+        if cfg.zero_shot_share and zero_shot_rng.random() < cfg.zero_shot_share:
+            kind = PromptKind.ZERO_SHOT  # a sample that copies none of the voted examples
         good: list[str] = []
         bad: list[str] = []
         if kind is not PromptKind.ZERO_SHOT:
