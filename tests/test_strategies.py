@@ -180,8 +180,9 @@ def test_few_shot_examples_is_refused_where_no_few_shot_prompt_draws_from_a_pool
 
 
 def test_zero_shot_share_mixes_zero_shot_prompts_into_the_later_rounds(tmp_path, private_csv, embedder):
-    """``zero_shot_share`` F: after round 0 about F of the prompts show no examples; 0 leaves the run
-    as it was (the same examples drawn), 1 makes every later prompt zero-shot."""
+    """``zero_shot_share`` F: after round 0 about F of the prompts show no examples; 0 leaves every
+    later prompt few-shot (test_golden holds its output to the runs recorded before the option),
+    1 makes every later prompt zero-shot."""
 
     def later_kinds(**kw) -> list[str]:
         out = tmp_path / str(kw)

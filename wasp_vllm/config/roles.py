@@ -138,9 +138,10 @@ class MethodSettings(Role):
         "that differ.", ge=1,
     )  # fmt: skip
     zero_shot_share: float = setting(
-        0.0, "WASP: share of the prompts after round 0 that show no examples (zero-shot, drawn at "
-        "random per prompt), so every round also writes samples that copy none of the voted ones; "
-        "public, no privacy cost. 0: every later prompt shows the voted examples.", ge=0, le=1,
+        0.0, "Methods whose prompts after round 0 show voted examples (WASP, Aug-PE, Pre-Text): share of "
+        "those prompts that show none (zero-shot, drawn at random per prompt), so every round also writes "
+        "samples that copy none of the voted ones; public, no privacy cost. 0: every later prompt shows "
+        "the voted examples.", ge=0, le=1,
     )  # fmt: skip
     prompt_style: Literal["paper", "short"] = setting(
         "paper", "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs)."
