@@ -246,3 +246,54 @@ def test_same_label_similarity_is_the_mean_cosine_over_pairs_of_one_label() -> N
     mixed = rows("a1", "a2", "a3", "b1", "c1")
     assert round_stats.same_label_similarity(mixed, ByText()) == pytest.approx(1 / 3)
     assert round_stats.same_label_similarity(rows("b1", "c1"), ByText()) is None
+
+
+def _run_folder(root: Path, task: str, near: list[float], plms: list[str]) -> None:
+    """A finished two-round WASP run as plm_weight_noise reads it: rounds, one vote, a manifest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rounds = root / task / "wasp_s0" / "private" / "rounds"
+    rounds.mkdir(parents=True)
+    ids = [f"r0-{i}" for i in range(len(plms))]
+    pq.write_table(pa.table({"id": ids, "plm": plms}), rounds / "round-000.parquet")
+    pq.write_table(pa.table({"id": ["r1-0"], "plm": ["a"]}), rounds / "round-001.parquet")
+    pq.write_table(pa.table({"id": ids, "h_near": near}), rounds / "votes-000.parquet")
+    weights = {"weights_after": [0.8, 0.2]}
+    manifest = {"config": {"plms": ["a", "b"], "n": 5},
+                "privacy": {"ledger": {"sigmas": [9.0, 2.0]}},  # the label prior's sigma, then the votes'
+                "rounds": [{"round": 0, **weights}, {"round": 1, **weights}]}  # fmt: skip
+    (root / task / "wasp_s0" / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_plm_weight_noise_measures_the_gap_between_plms_in_units_of_its_noise(tmp_path: Path) -> None:
+    """z = (S_a/c_a - S_b/c_b) / (sigma sqrt(1/c_a + 1/c_b)) with the votes' sigma, for each vote;
+    runs of one seed whose z paths match are reported as taking the same path."""
+    import plm_weight_noise
+
+    _run_folder(tmp_path, "trec", [3.0, 1.0, 0.0, 1.0], ["a", "a", "b", "b"])
+    _run_folder(tmp_path, "tweets", [2.0, 2.0, 0.0, 0.0], ["a", "a", "b", "b"])
+    runs = plm_weight_noise.collect(tmp_path, ["wasp"], None)
+    assert [r["task"] for r in runs] == ["trec", "tweets"]
+    (vote,) = runs[0]["rounds"]  # the last round does not vote
+    assert vote["counts"] == [2, 2] and vote["vote_sums"] == [4.0, 1.0]
+    assert vote["z"] == pytest.approx((2.0 - 0.5) / (2.0 * np.sqrt(1 / 2 + 1 / 2)))
+    assert plm_weight_noise.collect(tmp_path, ["wasp-no-weighting"], None) == []
+    (tmp_path / "trec" / "wasp_s0" / "private" / "rounds" / "round-000.parquet").unlink()
+    with pytest.raises(FileNotFoundError):
+        plm_weight_noise.collect(tmp_path, ["wasp"], None)
+
+
+def test_plm_weight_noise_says_whether_one_seed_took_one_path_over_tasks() -> None:
+    import plm_weight_noise
+
+    def run(task: str, seed: int, zs: list[float]) -> dict:
+        return {"task": task, "seed": seed, "rounds": [{"z": z} for z in zs]}
+
+    same = plm_weight_noise.same_path([run("a", 0, [0.1, -1.0, -2.0]), run("b", 0, [0.3, -0.8, -2.5])])
+    apart = plm_weight_noise.same_path([run("a", 1, [0.1, -1.0, -2.0]), run("b", 1, [-2.0, 1.0, 0.1])])
+    together, opposite = same["0"], apart["1"]
+    assert together is not None and opposite is not None
+    assert together == pytest.approx(np.corrcoef([0.1, -1.0, -2.0], [0.3, -0.8, -2.5])[0, 1])
+    assert together > 0.9
+    assert opposite < 0
