@@ -32,8 +32,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import report
 
-log = logging.getLogger("plm_weight_noise")
-
 
 def vote_rounds(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """Per round that voted: each PLM's sample count and noisy vote sum, the z of the first two PLMs'
@@ -65,6 +63,7 @@ def vote_rounds(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
 
 
 def collect(work: Path, methods: list[str], n: int | None) -> list[dict[str, Any]]:
+    """Every finished run of ``methods`` (of size ``n``, if given) under ``work``, with its votes."""
     runs = []
     for path in sorted(work.glob("*/*_s*/manifest.json")):
         run_dir = path.parent
