@@ -241,8 +241,11 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
     other value is a new key)."""
     from wasp_vllm.strategies import get_strategy
 
+    strategy = get_strategy(config["strategy"])
     as_before = {
-        "later_prompt": get_strategy(config["strategy"]).later_prompt.value,  # the method's own
+        "later_prompt": strategy.later_prompt.value,  # the method's own
+        # both histograms were released before; a method that never votes releases neither
+        "far_votes": "on" if strategy.votes else config["far_votes"],
         "label_prior_smoothing": 0.0,
         "label_prior_floor": 0.0,
         "few_shot_examples": None,

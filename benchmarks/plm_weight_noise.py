@@ -9,7 +9,11 @@ published) and, per round that voted, puts that mean against the noise on it:
   their noisy near-votes, ``S / c`` their mean; the Gaussian noise on that mean has std
   ``sigma / sqrt(c)``, and both ``sigma`` and ``c`` are public;
 * with two PLMs, ``z = (S_a/c_a - S_b/c_b) / (sigma * sqrt(1/c_a + 1/c_b))``: the gap between their
-  means in units of the noise on that gap.  Noise alone gives |z| > 2 in about one vote of twenty.
+  means in units of the noise on that gap.  Noise alone gives |z| > 2 in about one vote of twenty;
+* ``signal_share = 1 - sigma^2 / var(noisy near-votes)``: the share of the votes' spread over the
+  samples that is not the noise (the noise is independent of the votes, so the variances add).
+  Near 0, the top-S pools are drawn by the noise; an estimate from n samples moves by about
+  ``sqrt(2/n)``, so it can fall below 0.
 
 The benchmarks fix the noise per seed (``--noise-seed 10000 + seed``), so runs of one seed on
 different tasks draw the same noise.  Where the weights follow the noise rather than the samples,
@@ -58,7 +62,9 @@ def vote_rounds(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
             gap = sums[0] / counts[0] - sums[1] / counts[1]
             z = gap / (sigma * np.sqrt(1 / counts[0] + 1 / counts[1]))
         weights = record["weights_after"]
-        out.append({"round": t, "counts": counts, "vote_sums": sums, "z": z, "weights": weights})
+        signal = 1.0 - sigma**2 / float(near.var(ddof=1)) if near.size > 1 and near.var() > 0 else None
+        out.append({"round": t, "counts": counts, "vote_sums": sums, "z": z, "weights": weights,
+                    "sigma": sigma, "signal_share": signal})  # fmt: skip
     return out
 
 
@@ -103,13 +109,35 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
         ["z > 0: the first PLM's samples got more votes per sample; the noise alone gives |z| < 2 "
          "19 times in 20.", "Runs of one seed share their noise draws, whatever the task."],
     )  # fmt: skip
+    signal = report.Table(
+        "How much of the noisy near-votes is signal (mean over the runs of a method)",
+        ["method", "runs", "sigma", *(f"vote {t}" for t in range(width))],
+        signal_rows(runs, width),
+        ["1 - sigma^2 / variance of the noisy near-votes over the samples voted on: 0 means the top-S "
+         "pools are drawn by the noise.", "Every vote covers all samples written so far, so the same "
+         "vote mass spreads over more samples each round."],
+    )  # fmt: skip
     corr = report.Table(
         "Do runs of one seed take the same path on different tasks?",
         ["seed", "mean correlation of the z paths over pairs of tasks"],
         [[seed, value if value is not None else "-"] for seed, value in payload["same_path"].items()],
         ["Near 1: the weights follow the noise (shared by seed), not the samples (which differ by task)."],
     )  # fmt: skip
-    return [per_run, corr]
+    return [per_run, signal, corr]
+
+
+def signal_rows(runs: list[dict[str, Any]], width: int) -> list[list[Any]]:
+    rows = []
+    for method in sorted({r["method"] for r in runs}):
+        mine = [r for r in runs if r["method"] == method]
+        cells = []
+        for t in range(width):
+            shares = [r["rounds"][t]["signal_share"] for r in mine if len(r["rounds"]) > t]
+            shares = [s for s in shares if s is not None]
+            cells.append(f"{np.mean(shares):.2f}" if shares else "-")
+        sigmas = sorted({round(x["sigma"], 2) for r in mine for x in r["rounds"]})
+        rows.append([method, len(mine), ", ".join(f"{s:g}" for s in sigmas), *cells])
+    return rows
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:

@@ -80,6 +80,8 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
         ("wasp-fewshot", "WASP, few-shot prompts (no contrast)", "lever", fewshot, None),
         ("wasp-contrastive", "WASP, contrastive prompts after round 0 (the paper's)", "lever",
          {**wasp, "later_prompt": "contrastive"}, None),
+        ("wasp-far-on", "WASP, each vote also releases H_far (as the paper; the default before far_votes)",
+         "lever", {**wasp, "far_votes": "on"}, None),
         ("wasp-fewshot-half", "WASP, few-shot prompts of 4 of the label's 8 voted examples", "lever",
          {**wasp, "few_shot_examples": 4}, None),
         ("wasp-mix-half", "WASP, half the prompts after round 0 zero-shot", "lever",

@@ -77,7 +77,12 @@ def pools_per_round(run_dir: Path, tables: list[Any], labels: list[str], s: int)
         texts = synth.column("text").to_pylist()
         label_idx = np.array([labels.index(x) for x in synth.column("label").to_pylist()])
         near = np.asarray(votes.column("h_near").to_numpy(), dtype=float)
-        far = np.asarray(votes.column("h_far").to_numpy(), dtype=float)
+        # H_far is released only where the prompts show the far pool
+        far = (
+            np.asarray(votes.column("h_far").to_numpy(), dtype=float)
+            if "h_far" in votes.column_names
+            else None
+        )
         chosen = select_pools(near, far, label_idx, s, len(labels))
         pools[t + 1] = {
             labels[c]: ([texts[i] for i in p.good], [texts[i] for i in p.bad]) for c, p in chosen.items()

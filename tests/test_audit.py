@@ -121,19 +121,27 @@ def _vote_releases(plan: PrivacyPlan, synth: tuple[np.ndarray, np.ndarray], nois
         mechanism = CentralVoting(voters, Q, plan, secret, ledger)
         mechanism.sigma /= noise_cut  # the ledger still records the plan's sigma
         out = [mechanism.release(t, *synth) for t in range(plan.compositions)]
-        return np.sum([np.concatenate([o.h_near, o.h_far]) for o in out], axis=0)
+        return np.sum([_released(o) for o in out], axis=0)
 
     return release
 
 
-def _clean_votes(voters: Voters, synth: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    return np.concatenate(voting.clean_histograms(voters.embeddings, voters.labels, *synth, Q))
+def _released(votes) -> np.ndarray:
+    """Everything a round releases: ``H_near``, then ``H_far`` where it is released."""
+    return np.concatenate([votes.h_near, *([] if votes.h_far is None else [votes.h_far])])
 
 
-def _vote_audit(cfg: RunConfig, with_canary: Voters, without: Voters, synth, noise_cut: float = 1.0):
+def _clean_votes(voters: Voters, synth: tuple[np.ndarray, np.ndarray], histograms: int) -> np.ndarray:
+    return np.concatenate(voting.clean_histograms(voters.embeddings, voters.labels, *synth, Q)[:histograms])
+
+
+def _vote_audit(cfg: RunConfig, with_canary: Voters, without: Voters, synth, noise_cut: float = 1.0,
+                released: int | None = None):  # fmt: skip
+    """``released``: the histograms the mechanism really releases (default: as the plan says)."""
     plan = privacy_plan(cfg)
-    clean = (_clean_votes(with_canary, synth), _clean_votes(without, synth))
-    labels = np.concatenate([synth[1], synth[1]])  # the coordinates of H_near, then of H_far
+    histograms = released or plan.histograms
+    clean = (_clean_votes(with_canary, synth, histograms), _clean_votes(without, synth, histograms))
+    labels = np.concatenate([synth[1]] * histograms)  # the coordinates of H_near, then of H_far
     block_of = labels // ((labels.max() + 1) // BLOCKS)
     release = _vote_releases(plan, synth, noise_cut)
     return _audit(release, with_canary, without, plan, block_of, clean, plan.compositions)
@@ -175,14 +183,34 @@ def _add_remove_instance(rng: np.random.Generator) -> tuple[Voters, Voters]:
     return with_canary, Voters(emb, labels)
 
 
+@pytest.mark.parametrize("far_votes", ["on", "off"])
 @pytest.mark.parametrize("rounds", [2, 5])
-def test_central_votes_over_all_rounds_hold_their_claim_and_sigma_over_sqrt2_is_caught(rounds):
+def test_central_votes_over_all_rounds_hold_their_claim_and_sigma_over_sqrt2_is_caught(rounds, far_votes):
     rng = np.random.default_rng(1)
     with_canary, without = _add_remove_instance(rng)
     synth = _synthetic(rng, 1)
-    cfg = _cfg(rounds=rounds)
+    cfg = _cfg(rounds=rounds, far_votes=far_votes)
+    assert privacy_plan(cfg).histograms == (2 if far_votes == "on" else 1)
     assert _holds(_vote_audit(cfg, with_canary, without, synth))
     assert _refutes(_vote_audit(cfg, with_canary, without, synth, noise_cut=SQRT2))
+
+
+def test_a_run_that_pays_for_h_near_alone_and_releases_h_far_too_is_caught(monkeypatch):
+    """The planted bug: the plan charges one histogram (few-shot prompts never show the far pool),
+    the mechanism still releases both, at the one histogram's sigma."""
+    rng = np.random.default_rng(1)
+    with_canary, without = _add_remove_instance(rng)
+    synth = _synthetic(rng, 1)
+    cfg = _cfg(rounds=2)
+    assert cfg.far_votes == "off" and privacy_plan(cfg).histograms == 1
+    real_init = CentralVoting.__init__
+
+    def releases_both(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.far = True
+
+    monkeypatch.setattr(CentralVoting, "__init__", releases_both)
+    assert _refutes(_vote_audit(cfg, with_canary, without, synth, released=2))
 
 
 def _replace_instance(rng: np.random.Generator, seed: int) -> tuple[Voters, Voters]:

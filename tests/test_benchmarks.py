@@ -185,9 +185,14 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
     off = {"label_prior_smoothing": 0.0, "label_prior_floor": 0.0, "zero_shot_share": 0.0}
     assert path(later_prompt="few_shot", **off) == as_before
     changed = [path(later_prompt="zero_shot"), path(label_prior_smoothing=0.5), path(label_prior_floor=0.5),
-               path(few_shot_examples=4), path(zero_shot_share=0.5)]  # fmt: skip
-    assert len({as_before, *changed}) == 6
+               path(few_shot_examples=4), path(zero_shot_share=0.5), path(far_votes="on")]  # fmt: skip
+    assert len({as_before, *changed}) == 7
+    # Both histograms, as every run released before far_votes existed: the old records stay valid.
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)
+    contrastive = harness.Method("c", "c", "main", {"later_prompt": "contrastive"})
+    fusegen = harness.Method("f", "f", "baseline", {"strategy": "fusegen"})  # never votes: no histogram
+    for same in (contrastive, fusegen):
+        assert "far_votes" not in harness.key_config(harness.run_config(same, 0, data, settings).model_dump())
     config = harness.run_config(harness.Method("w", "w", "main", {}), 0, data, settings).model_dump()
     assert harness.key_config(config)["later_prompt"] == "few_shot"  # WASP's own was contrastive
 
@@ -278,6 +283,10 @@ def test_plm_weight_noise_measures_the_gap_between_plms_in_units_of_its_noise(tm
     (vote,) = runs[0]["rounds"]  # the last round does not vote
     assert vote["counts"] == [2, 2] and vote["vote_sums"] == [4.0, 1.0]
     assert vote["z"] == pytest.approx((2.0 - 0.5) / (2.0 * np.sqrt(1 / 2 + 1 / 2)))
+    # the share of the votes' spread that is not the noise: 1 - sigma^2 / var(votes)
+    assert vote["signal_share"] == pytest.approx(1 - 2.0**2 / np.var([3.0, 1.0, 0.0, 1.0], ddof=1))
+    shares = [1 - 2.0**2 / np.var(v, ddof=1) for v in ([3.0, 1.0, 0.0, 1.0], [2.0, 2.0, 0.0, 0.0])]
+    assert plm_weight_noise.signal_rows(runs, 1) == [["wasp", 2, "2", f"{np.mean(shares):.2f}"]]
     assert plm_weight_noise.collect(tmp_path, ["wasp-no-weighting"], None) == []
     (tmp_path / "trec" / "wasp_s0" / "private" / "rounds" / "round-000.parquet").unlink()
     with pytest.raises(FileNotFoundError):

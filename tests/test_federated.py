@@ -349,6 +349,7 @@ def test_federated_votes_equal_sum_of_local_clean_histograms() -> None:
         far_sum += f
     tol = report["max_decoding_error"] + 1e-9
     np.testing.assert_allclose(votes.h_near, near_sum, atol=tol, rtol=0)
+    assert votes.h_far is not None  # the default protocol releases both histograms
     np.testing.assert_allclose(votes.h_far, far_sum, atol=tol, rtol=0)
     central_near, _ = voting.clean_histograms(priv, plab, synth, slab, 4)
     np.testing.assert_allclose(votes.h_near, central_near, atol=tol + 1e-9, rtol=0)  # votes are additive

@@ -38,7 +38,7 @@ UPDATE = os.environ.get("WASP_UPDATE_GOLDEN") == "1"
 
 BASE = dict(plms=["a", "b"], task="drugs", private="private.csv", private_limit=None, n=36, rounds=3, q=2,
             s=2, noise_seed=11, concurrent=False, seed=3, quality_gate=False,
-            label_prior="uniform")  # fmt: skip
+            label_prior="uniform", far_votes="on")  # fmt: skip
 CASES: dict[str, dict] = {
     "wasp": {},
     "wasp-m": {"private_limit": 20},
@@ -72,11 +72,13 @@ def _renamed(golden: dict) -> dict:
 
 #: Fields added to a round's record since the golden files were recorded (issues 14, 15).
 ADDED_ROUND_FIELDS = ("missing", "rejects")
-#: Settings added since: the golden runs have them off (their value here), as before they existed.
+#: Settings added since: the golden runs have them at the value here, which behaves as before they existed.
 ADDED_SETTINGS = {"prompt_style": "paper", "quality_gate": False, "label_prior": "uniform",
                   "label_prior_share": 0.1, "label_prior_smoothing": 0.0,
                   "label_prior_floor": 0.0, "final_vote": False, "few_shot_examples": None,
-                  "zero_shot_share": 0.0}  # fmt: skip
+                  "zero_shot_share": 0.0, "far_votes": "on"}  # fmt: skip
+#: Fields added to the privacy plan since: both histograms released, as before the field existed.
+ADDED_PLAN_FIELDS = {"histograms": 2}
 
 
 def _comparable_manifest(manifest: dict) -> dict:
@@ -86,6 +88,8 @@ def _comparable_manifest(manifest: dict) -> dict:
     manifest["rounds"] = [{k: v for k, v in r.items() if k not in drop} for r in manifest["rounds"]]
     for name, off in ADDED_SETTINGS.items():
         assert manifest["config"].pop(name) == off, name
+    for name, before in ADDED_PLAN_FIELDS.items():
+        assert manifest["privacy"]["plan"].pop(name) == before, name
     return manifest
 
 

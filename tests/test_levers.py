@@ -7,6 +7,8 @@ the subject is the loop's handling, not an LLM (real engines: tests/test_engines
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -17,6 +19,7 @@ from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation import evaluate_synthetic
 from wasp_vllm.evaluation.settings import EvalSettings
 from wasp_vllm.pipeline import Run, prepare
+from wasp_vllm.pipeline.context import privacy_plan
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.privacy.accountant import EXACT
 from wasp_vllm.tasks import get_task
@@ -254,3 +257,28 @@ def test_the_automatic_label_prior_is_private_only_where_the_run_reads_the_recor
     cfg = RunConfig(**settings)
     assert cfg.label_prior == prior
     assert RunConfig(**cfg.model_dump()).fingerprint() == cfg.fingerprint()  # resume sees the same
+
+
+@pytest.mark.parametrize(
+    ("settings", "far"),
+    [
+        ({}, "off"),  # few-shot WASP shows the good pool only: H_far is neither released nor paid for
+        ({"later_prompt": "contrastive"}, "on"),  # the paper's prompts show the far pool
+        ({"strategy": "aug-pe", "plms": ["a"]}, "off"),
+        ({"later_prompt": "contrastive", "far_votes": "on"}, "on"),
+        ({"far_votes": "on"}, "on"),  # the paper's two histograms, one option away
+    ],
+)
+def test_the_far_votes_are_released_only_where_the_prompts_show_them(settings, far):
+    cfg = RunConfig(**settings)
+    assert cfg.far_votes == far
+    assert RunConfig(**cfg.model_dump()).fingerprint() == cfg.fingerprint()  # resume sees the same
+    plan = privacy_plan(cfg)
+    assert plan.histograms == (2 if far == "on" else 1)
+    both = privacy_plan(RunConfig(**{**settings, "far_votes": "on"}))
+    assert plan.sigma == pytest.approx(both.sigma / (1 if far == "on" else math.sqrt(2)), rel=1e-6)
+
+
+def test_contrastive_prompts_without_far_votes_are_refused():
+    with pytest.raises(ValueError, match="far_votes=off: contrastive prompts show the far pool"):
+        RunConfig(later_prompt="contrastive", far_votes="off")

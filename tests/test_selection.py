@@ -240,3 +240,13 @@ def test_split_over_labels():
 def test_split_properties(n, n_labels, offset):
     out = split_over_labels(n, n_labels, offset)
     assert out.dtype == np.int64 and out.sum() == n and out.max() - out.min() <= 1 and np.all(out >= 0)
+
+
+def test_without_h_far_the_good_pool_is_the_plain_top_s_and_no_bad_pool():
+    labels = np.array([0, 1, 0, 1, 0, 0, 0, 1])
+    h_near = np.array([5.0, 9.0, 4.0, 1.0, 3.0, -1.0, 4.0, 0.0])
+    pools = select_pools(h_near, None, labels, 3, 3)
+    np.testing.assert_array_equal(pools[0].good, [0, 2, 6])  # the tie (4.0) to the lower row
+    np.testing.assert_array_equal(pools[1].good, [1, 3, 7])
+    assert pools[2].good.size == 0
+    assert all(p.bad.size == 0 and p.bad.dtype == np.int64 for p in pools.values())

@@ -164,3 +164,21 @@ def test_the_private_voters_never_print_their_embeddings():
 
     voters = Voters(np.full((2, 3), 0.123456), np.array([0, 1]))
     assert "0.123" not in repr(voters) and "0.123" not in str(voters) and "Voters" in repr(voters)
+
+
+def test_h_near_alone_takes_the_same_draws_and_half_the_squared_sensitivity():
+    """``far=False`` releases ``H_near`` alone: the noise on it is the draw it gets beside ``H_far``
+    (so a paired run isolates the smaller sigma), and the sensitivity is the two-histogram one over
+    sqrt 2, attained by one record's vote."""
+    h = np.arange(50.0)
+    both = add_noise(h, -h, 1.5, np.random.default_rng(7))
+    alone = add_noise(h, None, 1.5, np.random.default_rng(7))
+    assert alone.h_far is None
+    np.testing.assert_array_equal(alone.h_near, both.h_near)
+    for q in (1, 3, 8):
+        one, two = wasp_sensitivity(q, histograms=1), wasp_sensitivity(q)
+        assert one == pytest.approx(two / math.sqrt(2), rel=1e-12)
+        assert one == pytest.approx(np.linalg.norm(vote_weights(q)), rel=1e-12)  # one record's H_near
+    for bad in (0, 3, True):
+        with pytest.raises(ValueError, match="histograms"):
+            wasp_sensitivity(8, histograms=bad)

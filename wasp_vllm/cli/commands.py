@@ -98,13 +98,19 @@ def privacy(settings: dict[str, Any]) -> None:
         epsilon, delta, rounds, q = cfg.epsilon, cfg.delta, cfg.rounds, cfg.q
         per_unit = cfg.privacy.records_per_unit
         table = Table(title=f"eps={epsilon}, delta={delta}, T={rounds}, Q={q}")
-        for col in ("accountant", "neighbour", "sensitivity", "sigma", "eps actually spent (exact)"):
+        columns = ("accountant", "neighbour", "released", "sensitivity", "sigma", "eps spent (exact)")
+        for col in columns:
             table.add_column(col)
-        for mode, neighbour in (("paper", "add_remove"), ("exact", "add_remove"), ("exact", "replace")):
-            plan = plan_privacy(epsilon, delta, rounds, q, mode, PrivacyUnit(neighbour, per_unit))
+        # H_near alone: runs whose prompts never show the far pool (--far-votes auto: all but contrastive)
+        for mode, neighbour, histograms in (("paper", "add_remove", 2), ("exact", "add_remove", 2),
+                                            ("exact", "replace", 2), ("exact", "add_remove", 1),
+                                            ("exact", "replace", 1)):  # fmt: skip
+            unit = PrivacyUnit(neighbour, per_unit)
+            plan = plan_privacy(epsilon, delta, rounds, q, mode, unit, histograms=histograms)
             sigma = "-" if plan.sigma is None else f"{plan.sigma:.3f}"
+            released = "H_near, H_far" if histograms == 2 else "H_near"
             table.add_row(
-                mode, neighbour, f"{plan.sensitivity:.4f}", sigma, f"{plan.epsilon_exact_spent:.3f}"
+                mode, neighbour, released, f"{plan.sensitivity:.4f}", sigma, f"{plan.epsilon_exact_spent:.3f}"
             )
         Console().print(table)
 

@@ -121,6 +121,12 @@ class MethodSettings(Role):
     strategy: str = setting("wasp", "Method: " + "; ".join(f"'{k}'" for k in STRATEGIES) + ".")
     q: int = setting(8, "Top-Q nearest and furthest votes per private record.", flag="--q", ge=1)
     s: int = setting(8, "In-context samples per prompt (and pool size per label).", flag="--s", ge=1)
+    far_votes: Literal["auto", "on", "off"] = setting(
+        "auto", "Whether each vote also releases H_far, the votes for the samples furthest from the "
+        "private records: 'on' (the paper: H_near and H_far every round), 'off' (H_near only: half the "
+        "sensitivity squared, so less noise on the votes for the same epsilon; not with contrastive "
+        "prompts, which show the far pool), or 'auto' ('on' for contrastive prompts, else 'off').",
+    )  # fmt: skip
     example_sets: int = setting(
         4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "
         "prefix cache reuses them (0 = a fresh draw per prompt).", ge=0,

@@ -24,6 +24,7 @@ from wasp_vllm.config.roles import (
     WhatSettings,
 )
 from wasp_vllm.strategies import STRATEGIES, get_strategy
+from wasp_vllm.tasks.spec import PromptKind
 
 
 # pydantic lists the fields of several bases last base first: this order shows `--help` and the
@@ -91,6 +92,20 @@ class RunConfig(
             return data  # the field's own check lists the choices
         return {**data, "later_prompt": get_strategy(strategy).resolve_later_prompt(asked).value}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_far_votes(cls, data: Any) -> Any:
+        """'auto' becomes 'on' where the prompts after round 0 show the far pool (contrastive), else
+        'off': a histogram no prompt uses is neither released nor paid for."""
+        if not isinstance(data, dict) or data.get("far_votes", "auto") != "auto":
+            return data
+        strategy = data.get("strategy", cls.model_fields["strategy"].default)
+        try:
+            later = get_strategy(strategy).resolve_later_prompt(data.get("later_prompt", "auto"))
+        except ValueError:
+            return data  # the other checks name the unknown method or the prompt it cannot take
+        return {**data, "far_votes": "on" if later is PromptKind.CONTRASTIVE else "off"}
+
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         if self.parties is not None and self.tolerance >= self.parties:
@@ -127,6 +142,11 @@ class RunConfig(
                     f"few_shot_examples={self.few_shot_examples} is more than the pool of s={self.s} "
                     "good examples per label it is drawn from"
                 )
+        if self.far_votes == "off" and self.later_prompt == "contrastive":
+            raise ValueError(
+                "far_votes=off: contrastive prompts show the far pool, which needs H_far; use "
+                "far_votes=on (or auto), or later_prompt=few_shot"
+            )
         shows_examples = self.later_prompt != "zero_shot" and get_strategy(self.strategy).votes
         if self.zero_shot_share and not shows_examples:
             raise ValueError(

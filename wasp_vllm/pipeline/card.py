@@ -118,13 +118,14 @@ def _about(manifest: Mapping[str, Any], strategy_summary: str) -> str:
     cfg = manifest.get("config", {})
     versions = manifest.get("versions", {})
     method = f" ({strategy_summary})" if strategy_summary else ""
+    voted_for = "nearest" if cfg.get("far_votes") == "off" else "nearest and furthest"
     return (
         f"Synthetic labelled text for the task `{manifest.get('task')}`, written by "
         f"{len(cfg.get('plms', []))} language models collaborating under differential privacy, with "
         f"wasp-vllm {versions.get('wasp-vllm', '')}: method `{cfg.get('strategy')}`{method}, after "
         "[WASP](https://arxiv.org/abs/2502.00245). A small private labelled set guided the generation: in "
         f"every round but the last of T={cfg.get('rounds')}, each private record voted (Top-Q={cfg.get('q')} "
-        "nearest and furthest synthetic samples of its label), Gaussian noise was added to the vote "
+        f"{voted_for} synthetic samples of its label), Gaussian noise was added to the vote "
         "histograms, and only those noisy votes chose the next round's in-context examples and how "
         "many samples each model writes. No private text ever entered a prompt or this data set.\n"
     )

@@ -88,6 +88,7 @@ def privacy_plan(cfg: RunConfig) -> PrivacyPlan:
         ),
         extra_votes=1 if cfg.final_vote and votes(cfg) else 0,
         prior_share=privacy.label_prior_share if cfg.label_prior == "private" else 0.0,
+        histograms=2 if cfg.far_votes == "on" else 1,
     )
 
 

@@ -163,7 +163,8 @@ def _releases(cfg: RunConfig) -> list[Release]:
                            round(EXACT.epsilon([prior], cfg.delta), 4)))  # fmt: skip
     if plan.sigma is not None and plan.compositions:
         votes = [plan.release(t) for t in range(plan.compositions)]
-        what = "votes (H_near, H_far)" + (", the last over the output" if cfg.final_vote else "")
+        released = "H_near, H_far" if plan.histograms == 2 else "H_near"
+        what = f"votes ({released})" + (", the last over the output" if cfg.final_vote else "")
         out.append(Release(what, plan.compositions, plan.sigma, plan.sensitivity,
                            round(EXACT.epsilon(votes, cfg.delta), 4)))  # fmt: skip
     return out

@@ -179,7 +179,10 @@ class Run:
     ) -> None:
         if votes is not None:
             ids = pa.concat_tables([*self.tables, new]).column("id")
-            table = pa.table({"id": ids, "h_near": votes.h_near, "h_far": votes.h_far})
+            columns = {"id": ids, "h_near": votes.h_near}
+            if votes.h_far is not None:  # released only where the prompts show the far pool
+                columns["h_far"] = votes.h_far
+            table = pa.table(columns)
             state.checksums[self.store.votes_path(t).name] = self._timed(
                 "io", write_parquet, self.store.votes_path(t), table
             )

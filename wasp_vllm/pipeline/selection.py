@@ -103,23 +103,29 @@ def _draft(order_good: np.ndarray, order_bad: np.ndarray, s: int) -> PoolIndices
 
 
 def select_pools(
-    h_near: np.ndarray, h_far: np.ndarray, synth_labels: np.ndarray, s: int, n_labels: int
+    h_near: np.ndarray, h_far: np.ndarray | None, synth_labels: np.ndarray, s: int, n_labels: int
 ) -> dict[int, PoolIndices]:
     """Per label: ``good`` = top-``s`` of noisy ``H_near``, ``bad`` = top-``s`` of noisy ``H_far``.
 
     Pools are disjoint (overlaps resolved by :func:`_draft`), ordered best-first, ties to the lower
     row index.  Every label in ``range(n_labels)`` gets an entry; a label without synthetic samples
-    gets two empty pools, one with fewer than ``2s`` samples gets smaller pools.
+    gets two empty pools, one with fewer than ``2s`` samples gets smaller pools.  Without ``H_far``
+    (a run that never shows the far pool releases none) ``good`` is the plain top-``s`` and ``bad``
+    is empty.
     """
     n_labels = _check_count("n_labels", n_labels, 1)
     s = _check_count("s", s, 0)
     labels = _int_vector("synth_labels", synth_labels, n_labels)
     near = _float_vector("h_near", h_near, labels.shape[0])
-    far = _float_vector("h_far", h_far, labels.shape[0])
+    far = None if h_far is None else _float_vector("h_far", h_far, labels.shape[0])
     pools: dict[int, PoolIndices] = {}
     for label in range(n_labels):
         rows = np.flatnonzero(labels == label)
-        pools[label] = _draft(_ranked(rows, near), _ranked(rows, far), s)
+        if far is None:
+            good = _ranked(rows, near)[:s].astype(np.int64)
+            pools[label] = PoolIndices(good=good, bad=np.zeros(0, dtype=np.int64))
+        else:
+            pools[label] = _draft(_ranked(rows, near), _ranked(rows, far), s)
     return pools
 
 

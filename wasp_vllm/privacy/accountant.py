@@ -80,21 +80,24 @@ class PrivacyUnit:
 
 
 def wasp_sensitivity(
-    q: int, neighbour: Neighbour | str = Neighbour.ADD_REMOVE, records_per_unit: int = 1
+    q: int, neighbour: Neighbour | str = Neighbour.ADD_REMOVE, records_per_unit: int = 1, histograms: int = 2
 ) -> float:
-    """L2 sensitivity of the concatenated ``(H_near, H_far)`` vote vector.
+    """L2 sensitivity of the released vote vector: ``(H_near, H_far)`` concatenated, or ``H_near``
+    alone (``histograms=1``: a run whose prompts never show the far pool releases only that).
 
     One private record puts weights ``1, 1/2, ..., 1/2^(q-1)`` on ``q`` distinct synthetic samples in
-    each histogram, so its vote vector has squared norm ``2 * sum_r 4^-r = 8/3 (1 - 4^-q)``; votes of
-    different records are independent, so adding/removing one record moves the vector by exactly
-    that.  Replacing a record removes one non-negative vote vector and adds another; their inner
-    product is >= 0, so the move is at most ``sqrt(2)`` times that (attained by disjoint supports).
-    A unit (user) of ``records_per_unit`` records moves it by at most that many times (triangle
-    inequality).
+    each histogram, so its vote vector has squared norm ``histograms * sum_r 4^-r``, ``8/3 (1 - 4^-q)``
+    for both; votes of different records are independent, so adding/removing one record moves the
+    vector by exactly that.  Replacing a record removes one non-negative vote vector and adds
+    another; their inner product is >= 0, so the move is at most ``sqrt(2)`` times that (attained
+    by disjoint supports).  A unit (user) of ``records_per_unit`` records moves it by at most that
+    many times (triangle inequality).
     """
     q = check_int("q", q, 1)
     records_per_unit = check_int("records_per_unit", records_per_unit, 1)
-    base = math.sqrt(8.0 / 3.0 * (1.0 - 4.0 ** (-q)))
+    if isinstance(histograms, bool) or histograms not in (1, 2):
+        raise ValueError(f"histograms must be 1 (H_near) or 2 (H_near and H_far), got {histograms!r}")
+    base = math.sqrt(histograms * 4.0 / 3.0 * (1.0 - 4.0 ** (-q)))
     if neighbour_of(neighbour) is Neighbour.REPLACE:
         base *= math.sqrt(2.0)
     return base * records_per_unit

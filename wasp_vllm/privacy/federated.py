@@ -118,10 +118,13 @@ def _local_noisy_histograms(
     q: int,
     noise_std: float,
     rng: np.random.Generator,
+    far: bool = True,
 ) -> np.ndarray:
-    """One party's work before masking: vote on its own records, then add its noise share."""
-    near, far = clean_histograms(emb, labels, synth_emb, synth_labels, q)
-    local = np.concatenate([np.asarray(near, dtype=np.float64), np.asarray(far, dtype=np.float64)])
+    """One party's work before masking: vote on its own records (``far=False``: ``H_near`` only),
+    then add its noise share."""
+    near, far_votes = clean_histograms(emb, labels, synth_emb, synth_labels, q)
+    released = [near, far_votes] if far else [near]
+    local = np.concatenate([np.asarray(h, dtype=np.float64) for h in released])
     if noise_std > 0:
         local = local + rng.normal(0.0, noise_std, size=local.shape)
     return local
@@ -156,7 +159,8 @@ class SecureAggregation:
 
     ``mode``/``tolerance``: each party's noise share (paper: sigma^2/L; exact: sigma^2/(L-t), so
     up to ``tolerance`` absent parties still leave sigma^2).  ``n_parties``: the roster (every
-    party takes part, holding records or not); None = the parties that hold records.
+    party takes part, holding records or not); None = the parties that hold records.  ``far``: the
+    parties release ``H_far`` beside ``H_near`` (False where the run never shows the far pool).
     """
 
     mode: NoiseMode = "exact"
@@ -164,6 +168,7 @@ class SecureAggregation:
     n_parties: int | None = None
     scale_bits: int = DEFAULT_SCALE_BITS
     key_agreement: KeyAgreement | None = None
+    far: bool = True
 
 
 def federated_noisy_votes(
@@ -196,7 +201,8 @@ def federated_noisy_votes(
         logger.warning("federated voting with sigma = 0: the aggregated votes are NOT differentially private")
     n_synth = len(synth_emb)
     codec = FixedPointCodec(scale_bits=p.scale_bits, n_terms=n_parties)
-    server = AggregationServer(codec, length=2 * n_synth, min_parties=max(2, n_parties - p.tolerance))
+    length = (2 if p.far else 1) * n_synth
+    server = AggregationServer(codec, length=length, min_parties=max(2, n_parties - p.tolerance))
     scheme = p.key_agreement or default_key_agreement()
 
     members = []
@@ -204,7 +210,7 @@ def federated_noisy_votes(
         own = parties == pid
         rng = noise(pid) if noise is not None else np.random.default_rng()
         local = _local_noisy_histograms(
-            private_emb[own], private_labels[own], synth_emb, synth_labels, q, std, rng
+            private_emb[own], private_labels[own], synth_emb, synth_labels, q, std, rng, p.far
         )
         members.append(Party(pid, local, codec, key_agreement=scheme))
     logger.debug(
@@ -212,7 +218,8 @@ def federated_noisy_votes(
     )
     total = secure_sum(members, server)
 
-    votes = NoisyVotes(h_near=total[:n_synth], h_far=total[n_synth:], sigma=float(sigma), q=int(q))
+    h_far = total[n_synth:] if p.far else None
+    votes = NoisyVotes(h_near=total[:n_synth], h_far=h_far, sigma=float(sigma), q=int(q))
     return votes, federated_report(sigma, n_parties, p.mode, p.tolerance, p.scale_bits, scheme)
 
 

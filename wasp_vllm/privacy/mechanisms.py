@@ -28,6 +28,7 @@ class VotingMechanism(ABC):
             raise ValueError("a voting mechanism needs a plan with voting rounds")
         self.voters, self.q, self.plan, self.secret, self.ledger = voters, q, plan, secret, ledger
         self.sigma: float = plan.sigma
+        self.far: bool = plan.histograms == 2  # H_far is released only where the plan pays for it
 
     def release(self, round_index: int, synth_emb: np.ndarray, synth_labels: np.ndarray) -> NoisyVotes:
         """Charge the ledger, then compute and noise the votes of round ``round_index``."""
@@ -46,7 +47,7 @@ class CentralVoting(VotingMechanism):
     def _noisy_votes(self, round_index: int, synth_emb: np.ndarray, synth_labels: np.ndarray) -> NoisyVotes:
         rng = self.secret.generator("vote", round_index)
         v = self.voters
-        return noisy_votes(v.embeddings, v.labels, synth_emb, synth_labels, self.q, self.sigma, rng)
+        return noisy_votes(v.embeddings, v.labels, synth_emb, synth_labels, self.q, self.sigma, rng, self.far)
 
 
 class FederatedVoting(VotingMechanism):
@@ -69,7 +70,7 @@ class FederatedVoting(VotingMechanism):
             self.q,
             self.sigma,
             noise=lambda party: secret.generator("federated-vote", round_index, party),
-            protocol=SecureAggregation(self.plan.mode, self.tolerance, self.n_parties),
+            protocol=SecureAggregation(self.plan.mode, self.tolerance, self.n_parties, far=self.far),
         )
         return votes
 

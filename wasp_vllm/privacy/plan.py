@@ -44,6 +44,8 @@ class PrivacyPlan:
     neighbour: str
     records_per_unit: int
     sensitivity: float
+    #: Vote histograms each voting round releases: 2 (``H_near`` and ``H_far``) or 1 (``H_near``).
+    histograms: int
     compositions: int
     sigma: float | None
     epsilon_exact_spent: float
@@ -91,6 +93,7 @@ def plan_privacy(
     *,
     extra_votes: int = 0,
     prior_share: float = 0.0,
+    histograms: int = 2,
 ) -> PrivacyPlan:
     """Choose sigma for a run of ``rounds`` rounds with ``q`` votes per private sample.
 
@@ -99,18 +102,18 @@ def plan_privacy(
     always reported.  ``extra_votes``: votes beyond the ``rounds - 1`` (a final vote over the
     output).  ``prior_share`` > 0 also plans a Gaussian histogram of the private labels: that share
     of the budget's ``mu^2`` (Gaussian DP composes as a sum of ``mu^2``) goes to it, the rest to
-    the votes (exact accountant only).
+    the votes (exact accountant only).  ``histograms``: 1 where each vote releases ``H_near`` alone.
     """
-    epsilon = check_positive("epsilon", epsilon)
-    delta = check_delta(delta)
+    epsilon, delta = check_positive("epsilon", epsilon), check_delta(delta)
     rounds = check_int("rounds", rounds, 1)
     accountant, neighbour, per_unit = (
         get_accountant(mode),
         neighbour_of(unit.neighbour),
         unit.records_per_unit,
     )
-    sensitivity = wasp_sensitivity(q, neighbour, per_unit)
-    fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, per_unit, sensitivity)
+    sensitivity = wasp_sensitivity(q, neighbour, per_unit, histograms)
+    fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, per_unit, sensitivity,
+             histograms)  # fmt: skip
     compositions = rounds - 1 + extra_votes
     prior = _prior(epsilon, delta, neighbour, per_unit, prior_share, accountant)
     if compositions == 0 and prior is None:

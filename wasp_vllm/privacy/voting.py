@@ -2,9 +2,10 @@
 
 Each private sample j gives weights ``1, 1/2, ..., 1/2^(q-1)`` to its ``q`` nearest synthetic
 samples of its label in ``H_near`` and to its ``q`` furthest in ``H_far`` (see
-:mod:`wasp_vllm.privacy.search`).  The *clean* histograms are private-data-bearing and must never leave
-this module's callers un-noised; :func:`noisy_votes` is the Gaussian mechanism whose sensitivity is
-:func:`wasp_vllm.privacy.accountant.wasp_sensitivity`.
+:mod:`wasp_vllm.privacy.search`).  A run whose prompts never show the far pool releases ``H_near``
+alone (``far=False``): what is never used is never released, nor paid for.  The *clean* histograms
+are private-data-bearing and must never leave this module's callers un-noised; :func:`noisy_votes`
+is the Gaussian mechanism whose sensitivity is :func:`wasp_vllm.privacy.accountant.wasp_sensitivity`.
 """
 
 from __future__ import annotations
@@ -80,33 +81,38 @@ class NoisyVotes:
     """Noised vote histograms - safe to release (post-processing of a Gaussian mechanism).
 
     ``eq=False``: equality of array fields is ambiguous, so instances compare by identity.
+    ``h_far`` is None where only ``H_near`` was released.
     """
 
     h_near: np.ndarray
-    h_far: np.ndarray
+    h_far: np.ndarray | None
     sigma: float
     q: int
 
 
 def add_noise(
-    h_near: np.ndarray, h_far: np.ndarray, sigma: float, rng: np.random.Generator, q: int = 0
+    h_near: np.ndarray, h_far: np.ndarray | None, sigma: float, rng: np.random.Generator, q: int = 0
 ) -> NoisyVotes:
-    """Add i.i.d. ``N(0, sigma^2)`` to every coordinate of both histograms (one sigma for all).
+    """Add i.i.d. ``N(0, sigma^2)`` to every coordinate of both histograms (one sigma for all), or of
+    ``h_near`` alone where ``h_far`` is None.
 
     ``rng`` must be a seeded ``numpy.random.Generator`` owned by the caller so runs are
-    reproducible and resumable.  ``q`` is only carried along for the record.
+    reproducible and resumable; ``H_near`` takes the same draws either way.  ``q`` is only carried
+    along for the record.
     """
     if not isinstance(rng, np.random.Generator):
         raise ValueError("rng must be a numpy.random.Generator")
     if isinstance(sigma, bool) or not math.isfinite(float(sigma)) or float(sigma) <= 0.0:
         raise ValueError(f"sigma must be finite and > 0, got {sigma!r}")
     h_near = np.asarray(h_near, dtype=np.float64)
-    h_far = np.asarray(h_far, dtype=np.float64)
-    if h_near.ndim != 1 or h_near.shape != h_far.shape:
-        raise ValueError(f"histograms must be 1-D of equal length, got {h_near.shape} and {h_far.shape}")
+    released = [h_near] if h_far is None else [h_near, np.asarray(h_far, dtype=np.float64)]
+    if h_near.ndim != 1 or any(h.shape != h_near.shape for h in released):
+        shapes = " and ".join(str(h.shape) for h in released)
+        raise ValueError(f"histograms must be 1-D of equal length, got {shapes}")
     sigma = float(sigma)
-    noise = rng.normal(0.0, sigma, size=(2, h_near.shape[0]))
-    return NoisyVotes(h_near=h_near + noise[0], h_far=h_far + noise[1], sigma=sigma, q=int(q))
+    noise = rng.normal(0.0, sigma, size=(len(released), h_near.shape[0]))
+    noisy = [h + row for h, row in zip(released, noise, strict=True)]
+    return NoisyVotes(h_near=noisy[0], h_far=noisy[1] if h_far is not None else None, sigma=sigma, q=int(q))
 
 
 def noisy_votes(
@@ -117,9 +123,11 @@ def noisy_votes(
     q: int,
     sigma: float,
     rng: np.random.Generator,
+    far: bool = True,
 ) -> NoisyVotes:
-    """The Gaussian mechanism of one voting round: clean histograms plus ``N(0, sigma^2)`` noise."""
+    """The Gaussian mechanism of one voting round: clean histograms plus ``N(0, sigma^2)`` noise
+    (``far=False``: ``H_near`` alone; the clean ``H_far`` is dropped unseen)."""
     h_near, h_far = clean_histograms(private_emb, private_labels, synth_emb, synth_labels, q)
-    votes = add_noise(h_near, h_far, sigma, rng, q=q)
+    votes = add_noise(h_near, h_far if far else None, sigma, rng, q=q)
     logger.debug("voting: %d synthetic samples noised with sigma=%.6g (q=%d)", h_near.shape[0], sigma, q)
     return votes

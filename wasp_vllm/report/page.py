@@ -138,6 +138,8 @@ def _privacy_section(view: RunView) -> str:
         "ε by the paper's formula": fmt(ledger.get("epsilon_spent_paper")),
         "neighbouring relation": ledger.get("neighbour", plan.get("neighbour")),
         "compositions (voting rounds)": ledger.get("compositions", plan.get("compositions")),
+        # runs from before far_votes released both histograms
+        "histograms each vote releases": "H_near" if plan.get("histograms", 2) == 1 else "H_near, H_far",
         **(
             {"label histogram (σ, sensitivity)": f"{fmt(prior)}, {fmt(plan.get('prior_sensitivity'))}"}
             if prior is not None
