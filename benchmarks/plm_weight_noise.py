@@ -84,13 +84,15 @@ def collect(work: Path, methods: list[str], n: int | None) -> list[dict[str, Any
 
 
 def same_path(runs: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Per seed: the mean correlation, over pairs of tasks, of their z paths (1: the same path)."""
+    """Per method and seed (``"METHOD seed S"``): the mean correlation, over pairs of tasks, of their
+    z paths (1: the same path)."""
     out: dict[str, float | None] = {}
-    for seed in sorted({r["seed"] for r in runs}):
-        paths = [[x["z"] for x in r["rounds"]] for r in runs if r["seed"] == seed]
+    for method, seed in sorted({(r["method"], r["seed"]) for r in runs}):
+        mine = [r for r in runs if r["method"] == method and r["seed"] == seed]
+        paths = [[x["z"] for x in r["rounds"]] for r in mine]
         paths = [p for p in paths if None not in p and len(p) > 1 and np.std(p) > 0]
         pairs = [np.corrcoef(a, b)[0, 1] for i, a in enumerate(paths) for b in paths[i + 1 :]]
-        out[str(seed)] = float(np.mean(pairs)) if pairs else None
+        out[f"{method} seed {seed}"] = float(np.mean(pairs)) if pairs else None
     return out
 
 
@@ -119,8 +121,8 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
     )  # fmt: skip
     corr = report.Table(
         "Do runs of one seed take the same path on different tasks?",
-        ["seed", "mean correlation of the z paths over pairs of tasks"],
-        [[seed, value if value is not None else "-"] for seed, value in payload["same_path"].items()],
+        ["method and seed", "mean correlation of the z paths over pairs of tasks"],
+        [[key, value if value is not None else "-"] for key, value in payload["same_path"].items()],
         ["Near 1: the weights follow the noise (shared by seed), not the samples (which differ by task)."],
     )  # fmt: skip
     return [per_run, signal, corr]

@@ -201,7 +201,7 @@ def test_a_run_that_pays_for_h_near_alone_and_releases_h_far_too_is_caught(monke
     rng = np.random.default_rng(1)
     with_canary, without = _add_remove_instance(rng)
     synth = _synthetic(rng, 1)
-    cfg = _cfg(rounds=2)
+    cfg = _cfg(rounds=2, far_votes="auto")
     assert cfg.far_votes == "off" and privacy_plan(cfg).histograms == 1
     real_init = CentralVoting.__init__
 

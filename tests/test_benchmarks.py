@@ -185,9 +185,10 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
     off = {"label_prior_smoothing": 0.0, "label_prior_floor": 0.0, "zero_shot_share": 0.0}
     assert path(later_prompt="few_shot", **off) == as_before
     changed = [path(later_prompt="zero_shot"), path(label_prior_smoothing=0.5), path(label_prior_floor=0.5),
-               path(few_shot_examples=4), path(zero_shot_share=0.5), path(far_votes="on")]  # fmt: skip
+               path(few_shot_examples=4), path(zero_shot_share=0.5), path(far_votes="auto")]  # fmt: skip
     assert len({as_before, *changed}) == 7
-    # Both histograms, as every run released before far_votes existed: the old records stay valid.
+    # Both histograms, as every run released before far_votes existed: the old records stay valid
+    # (--far-votes auto makes these two release both, or nothing).
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)
     contrastive = harness.Method("c", "c", "main", {"later_prompt": "contrastive"})
     fusegen = harness.Method("f", "f", "baseline", {"strategy": "fusegen"})  # never votes: no histogram
@@ -296,13 +297,17 @@ def test_plm_weight_noise_measures_the_gap_between_plms_in_units_of_its_noise(tm
 def test_plm_weight_noise_says_whether_one_seed_took_one_path_over_tasks() -> None:
     import plm_weight_noise
 
-    def run(task: str, seed: int, zs: list[float]) -> dict:
-        return {"task": task, "seed": seed, "rounds": [{"z": z} for z in zs]}
+    def run(task: str, seed: int, zs: list[float], method: str = "wasp") -> dict:
+        return {"task": task, "method": method, "seed": seed, "rounds": [{"z": z} for z in zs]}
 
     same = plm_weight_noise.same_path([run("a", 0, [0.1, -1.0, -2.0]), run("b", 0, [0.3, -0.8, -2.5])])
     apart = plm_weight_noise.same_path([run("a", 1, [0.1, -1.0, -2.0]), run("b", 1, [-2.0, 1.0, 0.1])])
-    together, opposite = same["0"], apart["1"]
+    together, opposite = same["wasp seed 0"], apart["wasp seed 1"]
     assert together is not None and opposite is not None
     assert together == pytest.approx(np.corrcoef([0.1, -1.0, -2.0], [0.3, -0.8, -2.5])[0, 1])
     assert together > 0.9
     assert opposite < 0
+    # two methods of one seed are two paths, never pooled into one correlation
+    two = [run("a", 0, [0.1, -1.0, -2.0]), run("b", 0, [-2.0, 1.0, 0.1], "other")]
+    mixed = plm_weight_noise.same_path(two)
+    assert set(mixed) == {"wasp seed 0", "other seed 0"} and set(mixed.values()) == {None}

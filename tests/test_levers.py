@@ -262,11 +262,11 @@ def test_the_automatic_label_prior_is_private_only_where_the_run_reads_the_recor
 @pytest.mark.parametrize(
     ("settings", "far"),
     [
-        ({}, "off"),  # few-shot WASP shows the good pool only: H_far is neither released nor paid for
-        ({"later_prompt": "contrastive"}, "on"),  # the paper's prompts show the far pool
-        ({"strategy": "aug-pe", "plms": ["a"]}, "off"),
-        ({"later_prompt": "contrastive", "far_votes": "on"}, "on"),
-        ({"far_votes": "on"}, "on"),  # the paper's two histograms, one option away
+        ({}, "on"),  # the default: both histograms, as the paper (auto was measured, not adopted)
+        ({"far_votes": "auto"}, "off"),  # few-shot WASP shows the good pool only: H_far is not released
+        ({"far_votes": "auto", "later_prompt": "contrastive"}, "on"),  # the paper's prompts show it
+        ({"far_votes": "auto", "strategy": "aug-pe", "plms": ["a"]}, "off"),
+        ({"far_votes": "off"}, "off"),
     ],
 )
 def test_the_far_votes_are_released_only_where_the_prompts_show_them(settings, far):

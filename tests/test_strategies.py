@@ -44,9 +44,8 @@ def test_fusegen_spends_no_privacy_and_never_votes(tmp_path, private_csv, embedd
 def test_aug_pe_votes_top1_with_one_plm_and_variation_prompts(tmp_path, private_csv, embedder):
     manifest = run(make_cfg(private_csv, strategy="aug-pe", plms=["a"]), tmp_path / "o", embedder)
     assert manifest["privacy"]["plan"]["q"] == 1
-    # Top-1 near votes only: Aug-PE's prompts never show a far pool, so H_far is never released
-    assert manifest["privacy"]["plan"]["sensitivity"] == pytest.approx(1.0)
-    assert manifest["privacy"]["plan"]["histograms"] == 1
+    assert manifest["privacy"]["plan"]["sensitivity"] == pytest.approx(np.sqrt(2.0))  # Top-1 near + far
+    assert manifest["privacy"]["plan"]["histograms"] == 2
     assert kinds_by_round(tmp_path / "o")[2] == {"few_shot"}
     with pytest.raises(ValueError, match="exactly one PLM"):
         make_cfg(private_csv, strategy="aug-pe")

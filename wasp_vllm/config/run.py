@@ -97,7 +97,8 @@ class RunConfig(
     def _resolve_far_votes(cls, data: Any) -> Any:
         """'auto' becomes 'on' where the prompts after round 0 show the far pool (contrastive), else
         'off': a histogram no prompt uses is neither released nor paid for."""
-        if not isinstance(data, dict) or data.get("far_votes", "auto") != "auto":
+        default = cls.model_fields["far_votes"].default
+        if not isinstance(data, dict) or data.get("far_votes", default) != "auto":
             return data
         strategy = data.get("strategy", cls.model_fields["strategy"].default)
         try:
