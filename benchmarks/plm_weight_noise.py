@@ -62,7 +62,8 @@ def vote_rounds(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
             gap = sums[0] / counts[0] - sums[1] / counts[1]
             z = gap / (sigma * np.sqrt(1 / counts[0] + 1 / counts[1]))
         weights = record["weights_after"]
-        signal = 1.0 - sigma**2 / float(near.var(ddof=1)) if near.size > 1 and near.var() > 0 else None
+        spread = float(near.var(ddof=1)) if near.size > 1 else 0.0
+        signal = 1.0 - sigma**2 / spread if spread > 0 else None
         out.append({"round": t, "counts": counts, "vote_sums": sums, "z": z, "weights": weights,
                     "sigma": sigma, "signal_share": signal})  # fmt: skip
     return out

@@ -92,7 +92,7 @@ def privacy(settings: dict[str, Any]) -> None:
     """Print the noise scale sigma under both accountants for these settings."""
     with friendly_errors():
         from wasp_vllm.privacy.accountant import PrivacyUnit
-        from wasp_vllm.privacy.plan import plan_privacy
+        from wasp_vllm.privacy.plan import plan_privacy, released_histograms
 
         cfg = build_settings(RunConfig, settings)
         epsilon, delta, rounds, q = cfg.epsilon, cfg.delta, cfg.rounds, cfg.q
@@ -108,10 +108,8 @@ def privacy(settings: dict[str, Any]) -> None:
             unit = PrivacyUnit(neighbour, per_unit)
             plan = plan_privacy(epsilon, delta, rounds, q, mode, unit, histograms=histograms)
             sigma = "-" if plan.sigma is None else f"{plan.sigma:.3f}"
-            released = "H_near, H_far" if histograms == 2 else "H_near"
-            table.add_row(
-                mode, neighbour, released, f"{plan.sensitivity:.4f}", sigma, f"{plan.epsilon_exact_spent:.3f}"
-            )
+            released, spent = released_histograms(histograms), f"{plan.epsilon_exact_spent:.3f}"
+            table.add_row(mode, neighbour, released, f"{plan.sensitivity:.4f}", sigma, spent)
         Console().print(table)
 
 

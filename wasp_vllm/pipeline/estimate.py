@@ -25,6 +25,7 @@ from wasp_vllm.pipeline import throughput
 from wasp_vllm.pipeline.context import neighbourhood, per_round_totals, privacy_plan
 from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import EXACT
+from wasp_vllm.privacy.plan import released_histograms
 from wasp_vllm.strategies import get_strategy
 from wasp_vllm.tasks import get_task
 
@@ -163,8 +164,8 @@ def _releases(cfg: RunConfig) -> list[Release]:
                            round(EXACT.epsilon([prior], cfg.delta), 4)))  # fmt: skip
     if plan.sigma is not None and plan.compositions:
         votes = [plan.release(t) for t in range(plan.compositions)]
-        released = "H_near, H_far" if plan.histograms == 2 else "H_near"
-        what = f"votes ({released})" + (", the last over the output" if cfg.final_vote else "")
+        last = ", the last over the output" if cfg.final_vote else ""
+        what = f"votes ({released_histograms(plan.histograms)}){last}"
         out.append(Release(what, plan.compositions, plan.sigma, plan.sensitivity,
                            round(EXACT.epsilon(votes, cfg.delta), 4)))  # fmt: skip
     return out

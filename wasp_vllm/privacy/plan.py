@@ -83,6 +83,11 @@ class PrivacyPlan:
         return {k: v for k, v in plan.items() if not (k.startswith("prior_") and v is None)}
 
 
+def released_histograms(histograms: int) -> str:
+    """What each vote of a plan with ``histograms`` releases, as the plan, report and CLI name it."""
+    return "H_near, H_far" if histograms == 2 else "H_near"
+
+
 def plan_privacy(
     epsilon: float,
     delta: float,

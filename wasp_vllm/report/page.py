@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from wasp_vllm.privacy.plan import released_histograms
 from wasp_vllm.report import plots as report_plots
 from wasp_vllm.report.plots import (
     CSS,
@@ -139,7 +140,7 @@ def _privacy_section(view: RunView) -> str:
         "neighbouring relation": ledger.get("neighbour", plan.get("neighbour")),
         "compositions (voting rounds)": ledger.get("compositions", plan.get("compositions")),
         # runs from before far_votes released both histograms
-        "histograms each vote releases": "H_near" if plan.get("histograms", 2) == 1 else "H_near, H_far",
+        "histograms each vote releases": released_histograms(plan.get("histograms", 2)),
         **(
             {"label histogram (σ, sensitivity)": f"{fmt(prior)}, {fmt(plan.get('prior_sensitivity'))}"}
             if prior is not None
