@@ -250,6 +250,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "label_prior_floor": 0.0,
         "few_shot_examples": None,
         "zero_shot_share": 0.0,
+        "voted_samples": "all",
     }
     return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
 

@@ -5,9 +5,10 @@ near-vote its samples got.  This reads finished runs of a benchmark's work folde
 (``WORK/TASK/METHOD_sSEED/``: the operator's files, fine in a benchmark on public data sets, never
 published) and, per round that voted, puts that mean against the noise on it:
 
-* ``c``: a PLM's samples so far (every vote covers all samples written so far), ``S``: the sum of
-  their noisy near-votes, ``S / c`` their mean; the Gaussian noise on that mean has std
-  ``sigma / sqrt(c)``, and both ``sigma`` and ``c`` are public;
+* ``c``: a PLM's samples the vote ranked (all written so far; the round's own under
+  ``voted_samples='newest'``), ``S``: the sum of their noisy near-votes, ``S / c`` their mean;
+  the Gaussian noise on that mean has std ``sigma / sqrt(c)``, and both ``sigma`` and ``c`` are
+  public;
 * with two PLMs, ``z = (S_a/c_a - S_b/c_b) / (sigma * sqrt(1/c_a + 1/c_b))``: the gap between their
   means in units of the noise on that gap.  Noise alone gives |z| > 2 in about one vote of twenty;
 * ``signal_share = 1 - sigma^2 / var(noisy near-votes)``: the share of the votes' spread over the
@@ -32,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import report
+from round_stats import voted_samples
 
 
 def vote_rounds(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -47,12 +48,10 @@ def vote_rounds(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
     for record in manifest["rounds"]:
         t = record["round"]
         tables.append(pq.read_table(rounds_dir / f"round-{t:03d}.parquet", columns=["id", "plm"]))
-        votes_path = rounds_dir / f"votes-{t:03d}.parquet"
-        if not votes_path.exists():
+        voted = voted_samples(run_dir, tables, t)
+        if voted is None:
             continue  # the last round does not vote
-        synth, votes = pa.concat_tables(tables), pq.read_table(votes_path)
-        if votes.column("id").to_pylist() != synth.column("id").to_pylist():
-            raise ValueError(f"{votes_path}: its rows are not the samples written so far")
+        synth, votes = voted
         near = votes.column("h_near").to_numpy()
         plm_of = np.asarray(synth.column("plm").to_pylist())
         counts = [int((plm_of == p).sum()) for p in plms]

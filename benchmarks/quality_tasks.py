@@ -82,6 +82,8 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
          {**wasp, "later_prompt": "contrastive"}, None),
         ("wasp-far-auto", "WASP, each vote releases H_far only where the prompts show the far pool",
          "lever", {**wasp, "far_votes": "auto"}, None),
+        ("wasp-vote-newest", "WASP, each vote ranks the round's own samples only", "lever",
+         {**wasp, "voted_samples": "newest"}, None),
         ("wasp-fewshot-half", "WASP, few-shot prompts of 4 of the label's 8 voted examples", "lever",
          {**wasp, "few_shot_examples": 4}, None),
         ("wasp-mix-half", "WASP, half the prompts after round 0 zero-shot", "lever",

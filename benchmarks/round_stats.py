@@ -57,23 +57,39 @@ def _round_tables(run_dir: Path) -> list[Any]:
     return [pq.read_table(p) for p in sorted((run_dir / "private" / "rounds").glob("round-*.parquet"))]
 
 
-def pools_per_round(run_dir: Path, tables: list[Any], labels: list[str], s: int) -> dict[int, dict]:
-    """Round ``t+1`` -> label -> ``(good texts, bad texts)``: the pools the votes of round ``t``
-    chose (the run's own post-processing, replayed from its votes file)."""
+def voted_samples(run_dir: Path, tables: list[Any], t: int) -> tuple[Any, Any] | None:
+    """Round ``t``'s votes file and the samples it ranked (in its row order, the columns of
+    ``tables``); None where round ``t`` did not vote.  A vote ranks the samples written so far, or
+    the round's own (``voted_samples='newest'``): rows are matched by id, never by position."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    path = run_dir / "private" / "rounds" / f"votes-{t:03d}.parquet"
+    if not path.exists():
+        return None
+    votes = pq.read_table(path)
+    synth = pa.concat_tables(tables[: t + 1])
+    row_of = {sample: row for row, sample in enumerate(synth.column("id").to_pylist())}
+    missing = [sample for sample in votes.column("id").to_pylist() if sample not in row_of]
+    if missing:
+        raise ValueError(f"{path}: {len(missing)} voted ids are no sample written through round {t}")
+    return synth.take([row_of[sample] for sample in votes.column("id").to_pylist()]), votes
+
+
+def pools_per_round(run_dir: Path, tables: list[Any], labels: list[str], s: int) -> dict[int, dict]:
+    """Round ``t+1`` -> label -> ``(good texts, bad texts)``: the pools the votes of round ``t``
+    chose (the run's own post-processing, replayed from its votes file)."""
     from wasp_vllm.pipeline.selection import select_pools
 
     pools: dict[int, dict] = {}
     for t in range(len(tables) - 1):
-        path = run_dir / "private" / "rounds" / f"votes-{t:03d}.parquet"
-        if not path.exists():
-            continue
-        votes = pq.read_table(path)
-        synth = pa.concat_tables([tb.select(["id", "text", "label"]) for tb in tables[: t + 1]])
-        if votes.column("id").to_pylist() != synth.column("id").to_pylist():
+        try:
+            voted = voted_samples(run_dir, [tb.select(["id", "text", "label"]) for tb in tables], t)
+        except ValueError:
             continue  # not the layout this replay knows: no overlap rather than a wrong one
+        if voted is None:
+            continue
+        synth, votes = voted
         texts = synth.column("text").to_pylist()
         label_idx = np.array([labels.index(x) for x in synth.column("label").to_pylist()])
         near = np.asarray(votes.column("h_near").to_numpy(), dtype=float)

@@ -182,11 +182,13 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
         return harness.record_path(method, 0, data, settings)
 
     as_before = path()
-    off = {"label_prior_smoothing": 0.0, "label_prior_floor": 0.0, "zero_shot_share": 0.0}
+    off = {"label_prior_smoothing": 0.0, "label_prior_floor": 0.0, "zero_shot_share": 0.0,
+           "voted_samples": "all"}  # fmt: skip
     assert path(later_prompt="few_shot", **off) == as_before
     changed = [path(later_prompt="zero_shot"), path(label_prior_smoothing=0.5), path(label_prior_floor=0.5),
-               path(few_shot_examples=4), path(zero_shot_share=0.5), path(far_votes="auto")]  # fmt: skip
-    assert len({as_before, *changed}) == 7
+               path(few_shot_examples=4), path(zero_shot_share=0.5), path(far_votes="auto"),
+               path(voted_samples="newest")]  # fmt: skip
+    assert len({as_before, *changed}) == 8
     # Both histograms, as every run released before far_votes existed: the old records stay valid
     # (--far-votes auto makes these two release both, or nothing).
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)
@@ -252,6 +254,26 @@ def test_same_label_similarity_is_the_mean_cosine_over_pairs_of_one_label() -> N
     mixed = rows("a1", "a2", "a3", "b1", "c1")
     assert round_stats.same_label_similarity(mixed, ByText()) == pytest.approx(1 / 3)
     assert round_stats.same_label_similarity(rows("b1", "c1"), ByText()) is None
+
+
+def test_a_replayed_vote_is_matched_to_its_samples_by_id(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import round_stats
+
+    rounds = tmp_path / "private" / "rounds"
+    rounds.mkdir(parents=True)
+    tables = [pa.table({"id": [a, b], "text": [f"t{a}", f"t{b}"]}) for a, b in (("a", "b"), ("c", "d"))]
+    # round 1 voted on its own samples only (voted_samples='newest'), in another order
+    pq.write_table(pa.table({"id": ["d", "c"], "h_near": [1.0, 2.0]}), rounds / "votes-001.parquet")
+    assert round_stats.voted_samples(tmp_path, tables, 0) is None  # round 0 did not vote
+    voted = round_stats.voted_samples(tmp_path, tables, 1)
+    assert voted is not None
+    samples, votes = voted
+    assert samples.column("text").to_pylist() == ["td", "tc"] and votes.num_rows == 2
+    pq.write_table(pa.table({"id": ["a", "c"], "h_near": [1.0, 2.0]}), rounds / "votes-000.parquet")
+    with pytest.raises(ValueError, match="1 voted ids are no sample written through round 0"):
+        round_stats.voted_samples(tmp_path, tables, 0)
 
 
 def _run_folder(root: Path, task: str, near: list[float], plms: list[str]) -> None:

@@ -204,3 +204,17 @@ def test_a_refused_push_is_one_clear_error(run, tmp_path, hub):
         push_to_hub(publish_run(run, tmp_path / "pub")[0].parent, "me/data", endpoint=hub)
     with pytest.raises(PublishError, match="OWNER/NAME"):
         push_to_hub(tmp_path / "pub", "no-owner", endpoint=hub)
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ({"q": 8}, "Top-Q=8 nearest and furthest synthetic samples of its label"),
+        ({"q": 8, "far_votes": "off"}, "Top-Q=8 nearest synthetic samples of its label"),
+        ({"q": 8, "voted_samples": "newest"}, "nearest and furthest of that round's synthetic samples"),
+    ],
+)
+def test_the_card_says_what_each_record_voted_for(config, says):
+    from wasp_vllm.pipeline.card import _about
+
+    assert says in _about({"config": {"plms": ["a"], "rounds": 5, **config}}, "")

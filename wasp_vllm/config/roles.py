@@ -128,6 +128,12 @@ class MethodSettings(Role):
         "prompts, which show the far pool), or 'auto' ('on' for contrastive prompts, else 'off'). "
         "'auto' was measured on four tasks' validation splits and not adopted (README, quality levers).",
     )  # fmt: skip
+    voted_samples: Literal["all", "newest"] = setting(
+        "all", "Which synthetic samples a vote ranks: 'all' written so far (the paper) or 'newest', the "
+        "round's own (each record's Q votes then fall on fewer samples, so more of each vote is signal "
+        "at the same noise; same sensitivity, no privacy cost). A final vote (--final-vote) always "
+        "ranks the whole output.",
+    )  # fmt: skip
     example_sets: int = setting(
         4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "
         "prefix cache reuses them (0 = a fresh draw per prompt).", ge=0,

@@ -92,13 +92,13 @@ class Run:
         quotas = state.quotas(self._round_target(t), self.cfg.min_plm_share)
         results = self._timed("generation", self.generation.run, self._inputs(t, state), quotas, state)
         new = self._embed(results)
-        votes, last = None, t == self.cfg.rounds - 1
+        votes, voted, last = None, None, t == self.cfg.rounds - 1
         if self.voting is not None and (not last or self.cfg.final_vote):
-            synth = pa.concat_tables([*self.tables, new])  # D so far, shared by voting and selection
-            votes = self._release(t, synth)
+            voted = self._voted(new, last)  # shared by voting, selection and the votes file
+            votes = self._release(t, voted)
             if not last:  # the final vote only weights the output (see _finish)
-                self._post_process(votes, synth, state)
-        self._commit(t, new, votes, state, RoundRecord(
+                self._post_process(votes, voted, state)
+        self._commit(t, new, votes, voted, state, RoundRecord(
             t, dict(zip(self.cfg.plms, quotas.tolist(), strict=True)), weights_before, list(state.weights),
             {p: len(r.rows) for p, r in results.items()}, {p: r.shortfall for p, r in results.items()},
             {p: r.tokens for p, r in results.items()}, {p: round(r.seconds, 3) for p, r in results.items()},
@@ -139,6 +139,13 @@ class Run:
         # Readers reuse stored embeddings only when they come from the same embedder.
         return new.replace_schema_metadata({"embedder": str(getattr(self.embedder, "name", "unknown"))})
 
+    def _voted(self, new: pa.Table, last: bool) -> pa.Table:
+        """The samples a vote ranks: D so far, or this round's alone (``voted_samples='newest'``);
+        the final vote weights the whole output, so it ranks all of it."""
+        if self.cfg.voted_samples == "newest" and not last:
+            return new
+        return pa.concat_tables([*self.tables, new])
+
     def _release(self, t: int, synth: pa.Table) -> NoisyVotes:
         """The only step that reads private data; only the noisy histograms leave it."""
         assert self.voting is not None
@@ -175,11 +182,16 @@ class Run:
             state.renormalise()  # a dropped PLM's old samples still get votes
 
     def _commit(
-        self, t: int, new: pa.Table, votes: NoisyVotes | None, state: RunState, record: RoundRecord
+        self,
+        t: int,
+        new: pa.Table,
+        votes: NoisyVotes | None,
+        voted: pa.Table | None,
+        state: RunState,
+        record: RoundRecord,
     ) -> None:
-        if votes is not None:
-            ids = pa.concat_tables([*self.tables, new]).column("id")
-            columns = {"id": ids, "h_near": votes.h_near}
+        if votes is not None and voted is not None:
+            columns = {"id": voted.column("id"), "h_near": votes.h_near}
             if votes.h_far is not None:  # released only where the prompts show the far pool
                 columns["h_far"] = votes.h_far
             table = pa.table(columns)
