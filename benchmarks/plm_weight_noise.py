@@ -116,8 +116,9 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
         ["method", "runs", "sigma", *(f"vote {t}" for t in range(width))],
         signal_rows(runs, width),
         ["1 - sigma^2 / variance of the noisy near-votes over the samples voted on: 0 means the top-S "
-         "pools are drawn by the noise.", "Every vote covers all samples written so far, so the same "
-         "vote mass spreads over more samples each round."],
+         "pools are drawn by the noise.", "A vote covers all samples written so far, so the same vote "
+         "mass spreads over more samples each round; under voted_samples='newest' (wasp-vote-newest) "
+         "it covers the round's own 60."],
     )  # fmt: skip
     corr = report.Table(
         "Do runs of one seed take the same path on different tasks?",
