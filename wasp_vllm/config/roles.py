@@ -131,8 +131,9 @@ class MethodSettings(Role):
     voted_samples: Literal["all", "newest"] = setting(
         "all", "Which synthetic samples a vote ranks: 'all' written so far (the paper) or 'newest', the "
         "round's own (each record's Q votes then fall on fewer samples, so more of each vote is signal "
-        "at the same noise; same sensitivity, no privacy cost). A final vote (--final-vote) always "
-        "ranks the whole output.",
+        "at the same noise; same sensitivity, no privacy cost). Under 'newest' a PLM whose share falls to 0 "
+        "writes nothing more, so no vote can raise it again: --min-plm-share keeps every PLM writing. A "
+        "final vote (--final-vote) always ranks the whole output.",
     )  # fmt: skip
     example_sets: int = setting(
         4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "
