@@ -44,8 +44,12 @@ def _ray() -> Any:
     return ray
 
 
-def _check_reachable(address: str) -> None:
+def _check_address(address: str) -> None:
     """Fail fast on an address nothing listens at (``ray.init`` would retry for minutes)."""
+    if address == "local":
+        raise FleetError(
+            "address 'local' would start a cluster that ends with this command: `ray start --head`"
+        )
     if address in ("auto", ""):
         return
     hostport = address.removeprefix("ray://")
@@ -66,11 +70,7 @@ def _check_reachable(address: str) -> None:
 def connected(address: str) -> Iterator[Any]:
     """A driver connection to the cluster at ``address``, closed again on exit (the cluster stays)."""
     ray = _ray()
-    if address == "local":
-        raise FleetError(
-            "address 'local' would start a cluster that ends with this command: `ray start --head`"
-        )
-    _check_reachable(address)
+    _check_address(address)
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -136,6 +136,7 @@ def up(fleet: Fleet, directory: Path = DEFAULT_DIR, *, address: str | None = Non
     """Deploy the fleet's PLMs to the cluster; returns the ``--plms`` value (also in ``directory``)."""
     address = address or os.environ.get("RAY_ADDRESS") or fleet.ray.address
     name = fleet.ray.app
+    _check_address(address)  # before the models: preparing a packaged one can take a minute
     sources = {e.name: model_source(e.model) for e in fleet.plms}  # a wrong model fails before Ray
     with connected(address) as ray:
         from ray import serve
