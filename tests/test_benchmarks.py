@@ -333,3 +333,31 @@ def test_plm_weight_noise_says_whether_one_seed_took_one_path_over_tasks() -> No
     two = [run("a", 0, [0.1, -1.0, -2.0]), run("b", 0, [-2.0, 1.0, 0.1], "other")]
     mixed = plm_weight_noise.same_path(two)
     assert set(mixed) == {"wasp seed 0", "other seed 0"} and set(mixed.values()) == {None}
+
+
+def test_data_size_counts_a_near_duplicate_only_against_earlier_samples() -> None:
+    import data_size
+
+    emb = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.01], [0.0, -1.0]])  # row 2 repeats row 0
+    assert data_size.near_duplicate_share(emb).tolist() == [False, False, True, False]
+    assert not data_size.near_duplicate_share(emb[:1]).any()
+
+
+def test_data_size_curve_draws_subsets_of_each_size_and_scores_the_whole_once() -> None:
+    import data_size
+
+    class CountingScorer:  # a stand-in for the task model: the score is the share of label 1
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        def macro_f1(self, emb: np.ndarray, y: np.ndarray, seed: int) -> float:
+            self.sizes.append(len(y))
+            return float(np.mean(y))
+
+    y = np.array([0] * 100 + [1] * 100)
+    scorer = CountingScorer()
+    curve = data_size.random_curve(scorer, np.zeros((200, 2)), y, seed=0, draws=3)  # type: ignore[arg-type]
+    assert [c["size"] for c in curve] == [75, 150, 200]
+    assert scorer.sizes == [75] * 3 + [150] * 3 + [200]
+    assert curve[-1] == {"size": 200, "macro_f1": 0.5, "std": 0.0}
+    assert curve[0]["std"] > 0  # the draws differ
