@@ -54,7 +54,8 @@ class Scorer:
         self.test_y = np.asarray(scored.labels, dtype=np.int64)
         self.test_emb = embedder.encode(scored.texts)
 
-    def macro_f1(self, emb: np.ndarray, y: np.ndarray, seed: int) -> float:
+    def score(self, emb: np.ndarray, y: np.ndarray, seed: int) -> tuple[float, np.ndarray, np.ndarray]:
+        """Macro-F1, the share of each label among the predictions, and the F1 of each label."""
         from sklearn.metrics import f1_score
 
         from wasp_vllm.evaluation.classifier import fit_predict_logreg
@@ -63,7 +64,20 @@ class Scorer:
             pred = np.full_like(self.test_y, int(y[0]))
         else:
             pred = fit_predict_logreg(emb, y, self.test_emb, seed)
-        return float(f1_score(self.test_y, pred, average="macro", zero_division=0))
+        labels = np.arange(len(self.task.labels))
+        per_label = f1_score(self.test_y, pred, labels=labels, average=None, zero_division=0)
+        shares = np.bincount(pred, minlength=len(labels)) / len(pred)
+        return float(f1_score(self.test_y, pred, average="macro", zero_division=0)), shares, per_label
+
+    def macro_f1(self, emb: np.ndarray, y: np.ndarray, seed: int) -> float:
+        return self.score(emb, y, seed)[0]
+
+    def shares(self, y: np.ndarray) -> dict[str, float]:
+        return _named(self.task.labels, np.bincount(y, minlength=len(self.task.labels)) / len(y))
+
+
+def _named(labels: Any, values: np.ndarray) -> dict[str, float]:
+    return {name: round(float(v), 3) for name, v in zip(labels, values, strict=True)}
 
 
 def near_duplicate_share(emb: np.ndarray) -> np.ndarray:
@@ -75,13 +89,20 @@ def near_duplicate_share(emb: np.ndarray) -> np.ndarray:
 
 
 def random_curve(scorer: Scorer, emb: np.ndarray, y: np.ndarray, seed: int, draws: int) -> list[dict]:
-    """Macro-F1 of random subsets of each size in ``SIZES`` below the run's, and of all of it."""
+    """Macro-F1 of random subsets of each size in ``SIZES`` below the run's, and of all of it, with
+    the mean share of each label the task model predicts and the mean F1 of each label."""
     out = []
     for size in [s for s in SIZES if s < len(y)] + [len(y)]:
         rng = np.random.default_rng([seed, size])
         picks = [rng.choice(len(y), size, replace=False) for _ in range(draws if size < len(y) else 1)]
-        scores = [scorer.macro_f1(emb[idx], y[idx], seed) for idx in picks]
-        out.append({"size": size, "macro_f1": float(np.mean(scores)), "std": float(np.std(scores))})
+        scores, predicted, per_label = zip(
+            *(scorer.score(emb[idx], y[idx], seed) for idx in picks), strict=True
+        )
+        out.append({
+            "size": size, "macro_f1": float(np.mean(scores)), "std": float(np.std(scores)),
+            "predicted_shares": _named(scorer.task.labels, np.mean(predicted, axis=0)),
+            "label_f1": _named(scorer.task.labels, np.mean(per_label, axis=0)),
+        })  # fmt: skip
     return out
 
 
@@ -89,13 +110,11 @@ def per_round(
     scorer: Scorer, judge: ReferenceJudge, rows: dict[str, Any], emb: np.ndarray, seed: int
 ) -> list[dict[str, Any]]:
     """One entry per round: the cumulative and the round-alone macro-F1 and what the samples look like."""
-    labels = list(scorer.task.labels)
     agreed = judge.predict(scorer.task.name, rows["text"]) == rows["y"]
     duplicate = near_duplicate_share(emb)
     out = []
     for t in sorted(set(rows["round"].tolist())):
         mine, upto = rows["round"] == t, rows["round"] <= t
-        shares = np.bincount(rows["y"][mine], minlength=len(labels)) / mine.sum()
         same_label_rows = [
             {"text": rows["text"][i], "label": int(rows["y"][i])} for i in np.flatnonzero(mine)
         ]
@@ -107,7 +126,7 @@ def per_round(
             "label_agreement": float(agreed[mine].mean()),
             "near_duplicates": float(duplicate[mine].mean()),
             "similarity": same_label_similarity(same_label_rows, judge.embedder),
-            "label_shares": {name: round(float(s), 3) for name, s in zip(labels, shares, strict=True)},
+            "label_shares": scorer.shares(rows["y"][mine]),
         })  # fmt: skip
     return out
 
@@ -127,6 +146,7 @@ def one_run(run_dir: Path, split: str, draws: int, embedder: CachedEmbedder, jud
     return {
         "run_dir": str(run_dir), "task": manifest["task"], "seed": seed, "n": len(rows["y"]),
         "method": run_dir.name.rsplit("_s", 1)[0], "random": curve,
+        "trained_shares": scorer.shares(rows["y"]), "scored_shares": scorer.shares(scorer.test_y),
         "near_duplicates": float(near_duplicate_share(emb).mean()),
         "rounds": per_round(scorer, judge, rows, emb, seed),
     }  # fmt: skip
@@ -147,6 +167,11 @@ def write_outputs(runs: list[dict], stem: Path, command: str) -> None:
             "| subset size | " + " | ".join(str(c["size"]) for c in curve) + " |",
             "|---|" + "---|" * len(curve),
             "| macro-F1 | " + " | ".join(f"{c['macro_f1']:.3f} ± {c['std']:.3f}" for c in curve) + " |",
+            "| F1 per label | " + " | ".join(_shares(c["label_f1"]) for c in curve) + " |",
+            "| predicted labels | " + " | ".join(_shares(c["predicted_shares"]) for c in curve) + " |",
+            "",
+            f"Trained on {_shares(run['trained_shares'])}; the scored split holds "
+            f"{_shares(run['scored_shares'])}.",
             "",
             "| round | n | rounds 0..t | round alone | label agreement | near-duplicates | similarity "
             "| label shares |",
@@ -157,9 +182,13 @@ def write_outputs(runs: list[dict], stem: Path, command: str) -> None:
     plot(runs, stem.with_suffix(".png"))
 
 
+def _shares(named: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in named.items())
+
+
 def _round_row(r: dict[str, Any]) -> str:
     sim = "–" if r["similarity"] is None else f"{r['similarity']:.3f}"
-    shares = ", ".join(f"{k} {v:.2f}" for k, v in r["label_shares"].items())
+    shares = _shares(r["label_shares"])
     return (
         f"| {r['round']} | {r['n']} | {r['cumulative_macro_f1']:.3f} | {r['round_macro_f1']:.3f} "
         f"| {r['label_agreement']:.3f} | {r['near_duplicates']:.3f} | {sim} | {shares} |"

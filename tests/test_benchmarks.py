@@ -347,17 +347,21 @@ def test_data_size_curve_draws_subsets_of_each_size_and_scores_the_whole_once() 
     import data_size
 
     class CountingScorer:  # a stand-in for the task model: the score is the share of label 1
+        task = type("Task", (), {"labels": ("a", "b")})
+
         def __init__(self) -> None:
             self.sizes: list[int] = []
 
-        def macro_f1(self, emb: np.ndarray, y: np.ndarray, seed: int) -> float:
+        def score(self, emb: np.ndarray, y: np.ndarray, seed: int) -> tuple[float, np.ndarray, np.ndarray]:
             self.sizes.append(len(y))
-            return float(np.mean(y))
+            shares = np.bincount(y, minlength=2) / len(y)
+            return float(np.mean(y)), shares, shares
 
     y = np.array([0] * 100 + [1] * 100)
     scorer = CountingScorer()
     curve = data_size.random_curve(scorer, np.zeros((200, 2)), y, seed=0, draws=3)  # type: ignore[arg-type]
     assert [c["size"] for c in curve] == [75, 150, 200]
     assert scorer.sizes == [75] * 3 + [150] * 3 + [200]
-    assert curve[-1] == {"size": 200, "macro_f1": 0.5, "std": 0.0}
+    assert curve[-1]["macro_f1"] == 0.5 and curve[-1]["std"] == 0.0
+    assert curve[-1]["predicted_shares"] == {"a": 0.5, "b": 0.5}
     assert curve[0]["std"] > 0  # the draws differ
