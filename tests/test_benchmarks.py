@@ -365,3 +365,11 @@ def test_data_size_curve_draws_subsets_of_each_size_and_scores_the_whole_once() 
     assert curve[-1]["macro_f1"] == 0.5 and curve[-1]["std"] == 0.0
     assert curve[-1]["predicted_shares"] == {"a": 0.5, "b": 0.5}
     assert curve[0]["std"] > 0  # the draws differ
+
+
+def test_data_size_refuses_a_folder_that_is_no_finished_run(tmp_path: Path) -> None:
+    import data_size
+
+    (tmp_path / "manifest.json").write_text("{}")  # no synthetic.parquet: an unfinished run
+    assert data_size.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()  # nothing written
