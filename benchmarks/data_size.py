@@ -27,9 +27,11 @@ drugs 0.437, trec 0.449).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +112,10 @@ def random_curve(scorer: Scorer, emb: np.ndarray, y: np.ndarray, seed: int, draw
 def per_round(
     scorer: Scorer, judge: ReferenceJudge, rows: dict[str, Any], emb: np.ndarray, seed: int
 ) -> list[dict[str, Any]]:
-    """One entry per round: the cumulative and the round-alone macro-F1 and what the samples look like."""
+    """One entry per round: the cumulative and the round-alone macro-F1 and what the samples look like
+    (``rows["duplicate"]``: each sample's ``near_duplicate_share``)."""
     agreed = judge.predict(scorer.task.name, rows["text"]) == rows["y"]
-    duplicate = near_duplicate_share(emb)
+    duplicate = rows["duplicate"]
     out = []
     for t in sorted(set(rows["round"].tolist())):
         mine, upto = rows["round"] == t, rows["round"] <= t
@@ -132,23 +135,24 @@ def per_round(
     return out
 
 
-def one_run(run_dir: Path, split: str, draws: int, embedder: CachedEmbedder, judge: ReferenceJudge) -> dict:
+def one_run(run_dir: Path, scorer_of: Callable[[str], Scorer], draws: int, judge: ReferenceJudge) -> dict:
     import pyarrow.parquet as pq
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
     seed = int(manifest["config"]["seed"])
-    scorer = Scorer(manifest["task"], split, embedder)
+    scorer = scorer_of(manifest["task"])
     table = pq.read_table(run_dir / "synthetic.parquet", columns=["text", "label", "round"]).to_pydict()
     labels = list(scorer.task.labels)
     rows = {"text": table["text"], "y": np.array([labels.index(x) for x in table["label"]]),
             "round": np.asarray(table["round"])}  # fmt: skip
-    emb = embedder.encode(rows["text"])
+    emb = judge.embedder.encode(rows["text"])
+    rows["duplicate"] = near_duplicate_share(emb)
     curve = random_curve(scorer, emb, rows["y"], seed, draws)
     return {
         "run_dir": str(run_dir), "task": manifest["task"], "seed": seed, "n": len(rows["y"]),
         "method": run_dir.name.rsplit("_s", 1)[0], "random": curve,
         "trained_shares": scorer.shares(rows["y"]), "scored_shares": scorer.shares(scorer.test_y),
-        "near_duplicates": float(near_duplicate_share(emb).mean()),
+        "near_duplicates": float(rows["duplicate"].mean()),
         "rounds": per_round(scorer, judge, rows, emb, seed),
     }  # fmt: skip
 
@@ -242,9 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     embedder = CachedEmbedder()
     judge = ReferenceJudge(embedder)
+    scorer_of = functools.cache(lambda task: Scorer(task, args.split, embedder))  # one per task, not run
     runs = []
     for run_dir in args.runs:
-        runs.append(one_run(run_dir, args.split, args.draws, embedder, judge))
+        runs.append(one_run(run_dir, scorer_of, args.draws, judge))
         whole = runs[-1]["random"][-1]
         log.info("%s: macro-F1 of all %d samples %.3f", run_dir, whole["size"], whole["macro_f1"])
     command = "python benchmarks/data_size.py " + " ".join(sys.argv[1:] if argv is None else argv)
