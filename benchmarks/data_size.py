@@ -11,6 +11,9 @@ fixed C, on the packaged embedder) on parts of one run's output:
   curve of *these* samples.  Falling, the classifier is hurt by more of the same data;
 * ``rounds``: the samples of rounds 0..t together: rising then falling, the later rounds write
   worse data than the early ones;
+* ``--margins``: only the samples whose own label's description leads every other label's by at
+  least the margin (the label check's score, stricter than the run's), against random subsets of
+  the same size: does a stricter label check pick better samples, or only fewer?
 * per round: macro-F1 of the round's samples alone, label agreement (a balanced classifier
   trained on ``TASK:fit``, as ``evaluate``), the labels' shares, the mean cosine between two
   samples of one label, and the share of near-duplicates (cosine >= ``NEAR_DUPLICATE`` to an
@@ -109,6 +112,38 @@ def random_curve(scorer: Scorer, emb: np.ndarray, y: np.ndarray, seed: int, draw
     return out
 
 
+def margin_filter(
+    scorer: Scorer,
+    embedder: CachedEmbedder,
+    emb: np.ndarray,
+    y: np.ndarray,
+    seed: int,
+    draws: int,
+    margins: list[float],
+) -> list[dict]:
+    """Per margin: macro-F1 of the samples whose own label leads the best other label by at least
+    the margin (cosine to the labels' descriptions, as the label check), and of random subsets of
+    as many samples (mean ± std over ``draws``)."""
+    from wasp_vllm.pipeline.label_check import LabelCheck
+
+    scores = LabelCheck(scorer.task, embedder).scores(emb)
+    own = scores[np.arange(len(y)), y]
+    scores[np.arange(len(y)), y] = -np.inf
+    lead = own - scores.max(axis=1)
+    out = []
+    for margin in margins:
+        keep = np.flatnonzero(lead >= margin)
+        if len(np.unique(y[keep])) < 2:  # nothing left to train a classifier on
+            continue
+        rng = np.random.default_rng([seed, len(keep)])
+        drawn = [scorer.macro_f1(emb[idx], y[idx], seed)
+                 for idx in (rng.choice(len(y), len(keep), replace=False) for _ in range(draws))]  # fmt: skip
+        kept = scorer.macro_f1(emb[keep], y[keep], seed)
+        out.append({"margin": margin, "kept": len(keep), "macro_f1": kept, "random": float(np.mean(drawn)),
+                    "random_std": float(np.std(drawn))})  # fmt: skip
+    return out
+
+
 def per_round(
     scorer: Scorer, judge: ReferenceJudge, rows: dict[str, Any], emb: np.ndarray, seed: int
 ) -> list[dict[str, Any]]:
@@ -135,7 +170,9 @@ def per_round(
     return out
 
 
-def one_run(run_dir: Path, scorer_of: Callable[[str], Scorer], draws: int, judge: ReferenceJudge) -> dict:
+def one_run(
+    run_dir: Path, scorer_of: Callable[[str], Scorer], draws: int, judge: ReferenceJudge, margins: list[float]
+) -> dict:
     import pyarrow.parquet as pq
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -154,6 +191,7 @@ def one_run(run_dir: Path, scorer_of: Callable[[str], Scorer], draws: int, judge
         "trained_shares": scorer.shares(rows["y"]), "scored_shares": scorer.shares(scorer.test_y),
         "near_duplicates": float(rows["duplicate"].mean()),
         "rounds": per_round(scorer, judge, rows, emb, seed),
+        "margins": margin_filter(scorer, judge.embedder, emb, rows["y"], seed, draws, margins),
     }  # fmt: skip
 
 
@@ -183,6 +221,11 @@ def write_outputs(runs: list[dict], stem: Path, command: str) -> None:
             "|---|---|---|---|---|---|---|---|",
         ]
         lines += [_round_row(r) for r in run["rounds"]] + [""]
+        if run.get("margins"):
+            lines += ["| label-check margin | kept | macro-F1 of those kept | random subsets as large |",
+                      "|---|---|---|---|"]  # fmt: skip
+            lines += [f"| {m['margin']} | {m['kept']} | {m['macro_f1']:.3f} | {m['random']:.3f} ± "
+                      f"{m['random_std']:.3f} |" for m in run["margins"]] + [""]  # fmt: skip
     stem.with_suffix(".md").write_text("\n".join(lines))
     plot(runs, stem.with_suffix(".png"))
 
@@ -235,10 +278,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=Path, help="finished run folders")
     parser.add_argument("--split", choices=["validation", "test"], default="validation")
     parser.add_argument("--draws", type=int, default=5, help="random subsets per size")
+    parser.add_argument(
+        "--margins", default="", help="comma list of label-check margins to filter by (e.g. 0.02,0.04)"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--name", default="data_size")
     args = parser.parse_args(argv)
     setup_logging()
+    try:
+        margins = [float(m) for m in args.margins.split(",") if m.strip()]
+    except ValueError:
+        log.error("--margins %r: a comma list of numbers", args.margins)
+        return 2
     needed = ("manifest.json", "synthetic.parquet")
     missing = [str(p) for p in args.runs if not all((p / name).exists() for name in needed)]
     if missing:
@@ -249,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     scorer_of = functools.cache(lambda task: Scorer(task, args.split, embedder))  # one per task, not run
     runs = []
     for run_dir in args.runs:
-        runs.append(one_run(run_dir, scorer_of, args.draws, judge))
+        runs.append(one_run(run_dir, scorer_of, args.draws, judge, margins))
         whole = runs[-1]["random"][-1]
         log.info("%s: macro-F1 of all %d samples %.3f", run_dir, whole["size"], whole["macro_f1"])
     command = "python benchmarks/data_size.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -367,6 +367,32 @@ def test_data_size_curve_draws_subsets_of_each_size_and_scores_the_whole_once() 
     assert curve[0]["std"] > 0  # the draws differ
 
 
+def test_data_size_margin_filter_keeps_samples_whose_own_label_leads_by_the_margin() -> None:
+    import data_size
+
+    class Prototypes:  # label descriptions "a" -> (1, 0), "b" -> (0, 1): cosine is the coordinate
+        def encode(self, texts: list[str]) -> np.ndarray:
+            return np.array([[1.0, 0.0] if t == "a" else [0.0, 1.0] for t in texts])
+
+    class KeptScorer:  # records what each classifier was trained on; the score is the share of label 1
+        task = type("Task", (), {"labels": ("a", "b"), "label_text": staticmethod(lambda lab: lab)})
+        trained: list[list[float]] = []
+
+        def macro_f1(self, emb: np.ndarray, y: np.ndarray, seed: int) -> float:
+            self.trained.append(sorted(emb[:, 0].round(2).tolist()))
+            return float(np.mean(y))
+
+    # unit rows; own label a for the first three (leads 0.64, 0.2, -0.37), b for the rest (0.89, 0.65, 0.2)
+    x = np.array([0.95, 0.8, 0.5, 0.1, 0.3, 0.6])
+    emb = np.stack([x, np.sqrt(1 - x**2)], axis=1)
+    y = np.array([0, 0, 0, 1, 1, 1])
+    lead = np.where(y == 0, emb[:, 0] - emb[:, 1], emb[:, 1] - emb[:, 0])
+    rows = data_size.margin_filter(KeptScorer(), Prototypes(), emb, y, 0, 2, [0.0, 0.5, 0.95])  # type: ignore[arg-type]
+    assert [r["kept"] for r in rows] == [5, 3] == [(lead >= 0).sum(), (lead >= 0.5).sum()]  # 0.95: none
+    assert KeptScorer.trained[2] == sorted(emb[lead >= 0, 0].round(2).tolist())  # after the 2 random draws
+    assert all(len(t) == rows[0]["kept"] for t in KeptScorer.trained[:2])  # random subsets as large
+
+
 def test_data_size_refuses_a_folder_that_is_no_finished_run(tmp_path: Path) -> None:
     import data_size
 
