@@ -126,6 +126,8 @@ def margin_filter(
     as many samples (mean ± std over ``draws``)."""
     from wasp_vllm.pipeline.label_check import LabelCheck
 
+    if not margins:  # no --margins: skip embedding the label descriptions
+        return []
     scores = LabelCheck(scorer.task, embedder).scores(emb)
     own = scores[np.arange(len(y)), y]
     scores[np.arange(len(y)), y] = -np.inf
@@ -295,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         log.error("not a finished run folder: %s", ", ".join(missing))
         return 2
-    embedder = CachedEmbedder()
+    embedder = CachedEmbedder.on_disk()
     judge = ReferenceJudge(embedder)
     scorer_of = functools.cache(lambda task: Scorer(task, args.split, embedder))  # one per task, not run
     runs = []

@@ -131,7 +131,7 @@ def main() -> int:
         payload.setdefault("machine", "2-core CPU (as first reported; the JSON predates machine records)")
         (RESULTS / "generation_settings.md").write_text(render(payload))
         return 0
-    pool, embedder = EnginePool("vllm"), CachedEmbedder("all-MiniLM-L6-v2")
+    pool, embedder = EnginePool("vllm"), CachedEmbedder.on_disk("all-MiniLM-L6-v2")
     names = list(SETTINGS)
     runs = []
     machine = report.machine()

@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     settings = Settings(args.engine, args.n, args.rounds, args.max_new_tokens, Path(args.work), args.quick)
     start = time.perf_counter()
-    embedder, pool = CachedEmbedder(), EnginePool(args.engine)
+    embedder, pool = CachedEmbedder.on_disk(), EnginePool(args.engine)
     try:
         for seed, method in run_order(methods, args):
             elapsed = (time.perf_counter() - start) / 60

@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if restored := restore_records(stem.with_suffix(".json"), lambda task: args.work / task):
         log.info("restored %d finished runs from %s.json into %s", restored, stem, args.work)
     start = time.perf_counter()
-    embedder, pool = CachedEmbedder(), EnginePool(args.engine)
+    embedder, pool = CachedEmbedder.on_disk(), EnginePool(args.engine)
     judge = ReferenceJudge(embedder)
 
     def extras(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -399,3 +399,43 @@ def test_data_size_refuses_a_folder_that_is_no_finished_run(tmp_path: Path) -> N
     (tmp_path / "manifest.json").write_text("{}")  # no synthetic.parquet: an unfinished run
     assert data_size.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+class CountingFakeEmbedder:
+    """A fake embedder for this unit test of the cache's logic: a text's vector is its length,
+    and every text it is asked to embed is counted."""
+
+    dim = 2
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.asked += texts
+        return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+
+def test_the_embedding_store_outlives_the_process(tmp_path: Path) -> None:
+    """A second benchmark reads the first one's vectors from the store instead of embedding again,
+    and embeds only the texts it has not seen; a half-written shard is never read."""
+    import harness
+
+    def embedder(fake: CountingFakeEmbedder) -> harness.CachedEmbedder:
+        cached = harness.CachedEmbedder("fake", tmp_path / "store")
+        cached._inner_model = fake
+        return cached
+
+    first = CountingFakeEmbedder()
+    one = embedder(first)
+    assert one.encode(["a", "bb", "a"]).tolist() == [[1, 1], [2, 1], [1, 1]]
+    one.flush()
+    (tmp_path / "store" / ".shard-x.npz.1.tmp").write_bytes(b"half")  # an interrupted write
+    assert first.asked == ["a", "bb"]
+    second = CountingFakeEmbedder()
+    two = embedder(second)
+    assert two.encode(["bb", "ccc"]).tolist() == [[2, 1], [3, 1]]
+    assert second.asked == ["ccc"]
+    other = harness.CachedEmbedder("another-model", tmp_path / "store")  # another model: no reuse
+    other._inner_model = third = CountingFakeEmbedder()
+    other.encode(["a"])
+    assert third.asked == ["a"]
