@@ -92,6 +92,42 @@ def rounds_by_task(runs: list[dict]) -> dict[str, dict[str, list[dict]]]:
     return {t: {m: mean_over_seeds(v) for m, v in per.items()} for t, per in seeds.items()}
 
 
+def _pooled_agreement(entries: list[dict], rnd: int) -> float | None:
+    """Label agreement of one round's samples over all its PLMs (each PLM's weighted by its count)."""
+    rows = [e for e in entries if e["round"] == rnd and e.get("label_agreement") is not None and e["n"]]
+    total = sum(e["n"] for e in rows)
+    return sum(e["n"] * e["label_agreement"] for e in rows) / total if total else None
+
+
+def label_drift(runs: list[dict]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{task: {method: last round − first round}}`` of the label agreement of a run's samples,
+    paired by seed: issue 22 asks that it never fall over the rounds."""
+    ends: dict[str, dict[str, tuple[dict[int, Any], dict[int, Any]]]] = {}
+    for r in runs:
+        if not (entries := r.get("rounds")):
+            continue
+        rounds = sorted({e["round"] for e in entries})
+        first, last = ends.setdefault(r["task"], {}).setdefault(r["method"], ({}, {}))
+        first[r["seed"]] = _pooled_agreement(entries, rounds[0])
+        last[r["seed"]] = _pooled_agreement(entries, rounds[-1])
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for task, methods in ends.items():
+        for method, (first, last) in methods.items():
+            if (diff := paired_diff(last, first)) is not None:
+                out.setdefault(task, {})[method] = diff
+    return out
+
+
+def _drift_table(drift: dict, names: list[str], labels: dict) -> list[str]:
+    lines = ["| label agreement: last round − first | " + " | ".join(names) + " |"]
+    lines.append("|---" * (len(names) + 1) + "|")
+    for key, label in labels.items():
+        cells = [fmt_diff(drift.get(t, {}).get(key)) for t in names]
+        if any(c != "-" for c in cells):
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _num(x: float | None, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -147,6 +183,7 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
     average = averaged(tasks, names, order)
     payload |= {"tasks": tasks, "average": average, "paired": paired_all(tasks, average, payload["methods"])}
     payload["rounds"] = rounds_by_task(payload["runs"])
+    payload["label_drift"] = label_drift(payload["runs"])
     report.write_json(stem.with_suffix(".json"), payload)
 
     md = _header(payload, stem)
@@ -156,6 +193,11 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
         md += ["## Paired differences (a − b, by seed)", ""]
         for metric in METRICS:
             md += [*_paired_table(metric, payload["paired"], names), ""]
+    if payload["label_drift"]:
+        md += ["## Label agreement over the rounds (last round − first, paired by seed)", "",
+               "The label agreement of a round's samples over all its PLMs; a fall beyond its std "
+               "means the loop drifts off the labels.", "",
+               *_drift_table(payload["label_drift"], names, labels), ""]  # fmt: skip
     if any("wasp" in per for per in payload["rounds"].values()):
         md += [
             "## WASP per round and PLM (mean over seeds)",

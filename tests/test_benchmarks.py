@@ -169,6 +169,26 @@ def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_see
     )
 
 
+def test_label_drift_pools_a_round_over_its_plms_and_pairs_last_with_first_by_seed():
+    """issue 22's "label agreement does not fall over the rounds", on made-up round tables."""
+    import tasks_report
+
+    def entry(rnd: int, plm: str, n: int, agreement: float | None) -> dict:
+        return {"round": rnd, "plm": plm, "n": n, "label_agreement": agreement}
+
+    def run(seed: int, last_big: float) -> dict:  # round 0 pools to 0.6; round 2 to (30a + 4) / 40
+        rounds = [entry(0, "a", 10, 0.5), entry(0, "b", 10, 0.7), entry(1, "a", 20, 0.0),
+                  entry(2, "a", 30, last_big), entry(2, "b", 10, 0.4), entry(2, "c", 0, None)]  # fmt: skip
+        return {"task": "trec", "method": "wasp", "seed": seed, "rounds": rounds}
+
+    runs = [run(0, 0.8), run(1, 0.4), {"task": "trec", "method": "only-private", "seed": 0}]
+    drift = tasks_report.label_drift(runs)
+    assert list(drift["trec"]) == ["wasp"]  # a method without rounds has no drift
+    wasp = drift["trec"]["wasp"]
+    assert wasp["seeds"] == [0, 1] and wasp["diffs"] == pytest.approx([0.1, -0.2])
+    assert wasp["verdict"] == "no gap"
+
+
 def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp_path: Path) -> None:
     """A setting added later, at the value that behaves as before it existed, keeps old records
     valid; any other value (or a changed default) is a new key, never a reuse."""
