@@ -440,8 +440,8 @@ def test_the_embedding_store_outlives_the_process(tmp_path: Path) -> None:
     and embeds only the texts it has not seen; a half-written shard is never read."""
     import harness
 
-    def embedder(fake: CountingFakeEmbedder) -> harness.CachedEmbedder:
-        cached = harness.CachedEmbedder("fake", tmp_path / "store")
+    def embedder(fake: CountingFakeEmbedder, spec: str = "fake") -> harness.CachedEmbedder:
+        cached = harness.CachedEmbedder(spec, tmp_path / "store")
         cached._inner_model = fake
         return cached
 
@@ -455,7 +455,6 @@ def test_the_embedding_store_outlives_the_process(tmp_path: Path) -> None:
     two = embedder(second)
     assert two.encode(["bb", "ccc"]).tolist() == [[2, 1], [3, 1]]
     assert second.asked == ["ccc"]
-    other = harness.CachedEmbedder("another-model", tmp_path / "store")  # another model: no reuse
-    other._inner_model = third = CountingFakeEmbedder()
-    other.encode(["a"])
+    third = CountingFakeEmbedder()
+    embedder(third, "another-model").encode(["a"])  # another model in the same folder: no reuse
     assert third.asked == ["a"]
