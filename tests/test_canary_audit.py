@@ -29,7 +29,10 @@ from tests.privacy_checks import private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.engines.base import Completion
 from wasp_vllm.ops.audit import (
+    _NUCLEI,
+    _ONSETS,
     AUDIT_FILE,
+    MIN_ECHO,
     SIGNATURE_WORDS,
     Canary,
     CanaryDesign,
@@ -105,6 +108,23 @@ def test_a_misspelt_copy_of_one_canary_never_echoes_another():
         slip = word[:2] + ("q" if word[2] != "q" else "x") + word[3:]
         scores = echo_scores(canaries, [f"a review that copied {slip} once"])
         assert scores[k] > 0 and np.count_nonzero(scores) == 1
+
+
+def test_words_a_plm_invents_in_the_canaries_style_seldom_echo_one():
+    """A PLM shown made-up words writes more of its own from the same syllables.  1,500 such words
+    (two to four syllables) echoed 4-8 of 64 three-syllable canaries (false "in" guesses: CI once saw
+    10 of 13 guesses right under the planted leak, too few to refute the claim); four-syllable
+    canaries, 0 in 39 draws of 40 and 1 in the other."""
+    draw = random.Random(7)
+    invented = [
+        " ".join(
+            "".join(draw.choice(_ONSETS) + draw.choice(_NUCLEI) for _ in range(draw.choice((2, 3, 4))))
+            for _ in range(10)
+        )
+        for _ in range(150)
+    ]
+    scores = echo_scores(make_canaries(LABELS, 64, secrets.SystemRandom()), invented)
+    assert np.count_nonzero(scores >= MIN_ECHO) <= 2
 
 
 class EchoEngineForUnitTests(FakeEngineForUnitTests):
@@ -185,10 +205,12 @@ def test_canaries_are_records_of_the_task(tmp_path):
 
 
 def _real_audit(out: Path):
-    # 288 samples: each record is shown in about 12 prompts under the planted leak
-    # epsilon 0.3: 6 of 6 right guesses already refute 0.43.  Before canaries were kept 3 edits apart, CI
-    # saw 10 of 12 (bound 0.25); after, three runs here gave 10/10, 13/13, 12/12 under the leak, 0-1 without
-    settings = {**SETTINGS, "plms": ["smollm2"], "max_new_tokens": 40, "n": 288, "epsilon": 0.3}
+    # 384 samples: each record is shown in about 10 prompts under the planted leak.  With 64 canaries
+    # one false guess undoes a small count (8 of 9 right proves 0.28 at most), so the canaries' words
+    # keep apart from what a PLM invents (four syllables): at 288 samples and epsilon 0.3, three-syllable
+    # words gave 11/11, 8/9 and (CI) 10/13 under the leak, four-syllable 9/9, 9/9, 7/7; at 384 samples
+    # 11/11 and 18/18, 0 guesses without the leak.  Epsilon 0.1: 5 of 5 right already refute 0.19.
+    settings = {**SETTINGS, "plms": ["smollm2"], "max_new_tokens": 40, "n": 384, "epsilon": 0.1}
     return audit(_records(), out=out, text_col="review", label_col="rating", **settings)
 
 

@@ -42,6 +42,10 @@ from wasp_vllm.privacy.audit import one_run_epsilon_lower_bound
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "sk")
 _NUCLEI = ("a", "e", "i", "o", "u", "ai", "ou")
 SIGNATURE_WORDS = 6
+#: Syllables per made-up word.  Four, not three: a PLM shown made-up words invents more in their
+#: style, and under the tests' planted leak SmolLM2 wrote an excluded canary's three-syllable word
+#: ("pourofou") of its own accord, a false "in" guess that costs the attack its power.
+SYLLABLES = 4
 #: Edits between any two canaries' words: a one-letter misspelling of one is still two from another.
 MIN_SEPARATION = 3
 AUDIT_FILE = "audit.json"
@@ -115,7 +119,7 @@ def make_canaries(labels: Sequence[str], m: int, rng: secrets.SystemRandom) -> l
     taken: list[str] = []
     while len(canaries) < m:
         words = [
-            "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(3))
+            "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(SYLLABLES))
             for _ in range(SIGNATURE_WORDS)
         ]
         if any(
