@@ -187,9 +187,9 @@ def echo_scores(canaries: Sequence[Canary], corpus: Sequence[str]) -> np.ndarray
 
 #: An "in" guess needs this share of a canary's made-up words in the corpus (one of six): a fixed,
 #: public rule.  Small PLMs copy a rare word of an example now and then, rarely a phrase (SmolLM2
-#: under the planted leak of the tests: 16 of 39 included canaries echoed a word, none of 25 left
-#: out; without the leak 1 of 64, "danage" one letter from "manage").  Such chance echoes cost the
-#: attack power, never validity: a guess that does not depend on the coins is right half the time.
+#: under the planted leak of the tests, 384 samples: 11 and 18 included canaries echoed, none left
+#: out; without the leak none of 64).  Chance echoes cost the attack power, never validity: a guess
+#: that does not depend on the coins is right half the time.
 MIN_ECHO = 1 / SIGNATURE_WORDS - 1e-9
 
 
