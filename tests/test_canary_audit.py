@@ -29,8 +29,6 @@ from tests.privacy_checks import private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.engines.base import Completion
 from wasp_vllm.ops.audit import (
-    _NUCLEI,
-    _ONSETS,
     AUDIT_FILE,
     MIN_ECHO,
     SIGNATURE_WORDS,
@@ -39,6 +37,7 @@ from wasp_vllm.ops.audit import (
     audit,
     echo_scores,
     guess_membership,
+    made_up_word,
     make_canaries,
 )
 from wasp_vllm.pipeline.backends import Backends
@@ -116,13 +115,7 @@ def test_words_a_plm_invents_in_the_canaries_style_seldom_echo_one():
     10 of 13 guesses right under the planted leak, too few to refute the claim); four-syllable
     canaries, 0 in 39 draws of 40 and 1 in the other."""
     draw = random.Random(7)
-    invented = [
-        " ".join(
-            "".join(draw.choice(_ONSETS) + draw.choice(_NUCLEI) for _ in range(draw.choice((2, 3, 4))))
-            for _ in range(10)
-        )
-        for _ in range(150)
-    ]
+    invented = [" ".join(made_up_word(draw, draw.choice((2, 3, 4))) for _ in range(10)) for _ in range(150)]
     scores = echo_scores(make_canaries(LABELS, 64, secrets.SystemRandom()), invented)
     assert np.count_nonzero(scores >= MIN_ECHO) <= 2
 

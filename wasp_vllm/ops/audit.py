@@ -24,6 +24,7 @@ audit's run spends privacy on the canaries like on any record: publish a separat
 from __future__ import annotations
 
 import json
+import random
 import re
 import secrets
 from collections.abc import Sequence
@@ -118,10 +119,7 @@ def make_canaries(labels: Sequence[str], m: int, rng: secrets.SystemRandom) -> l
     canaries: list[Canary] = []
     taken: list[str] = []
     while len(canaries) < m:
-        words = [
-            "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(SYLLABLES))
-            for _ in range(SIGNATURE_WORDS)
-        ]
+        words = [made_up_word(rng) for _ in range(SIGNATURE_WORDS)]
         if any(
             _within(w, other, MIN_SEPARATION - 1)
             for i, w in enumerate(words)
@@ -132,6 +130,11 @@ def make_canaries(labels: Sequence[str], m: int, rng: secrets.SystemRandom) -> l
         label = labels[len(canaries) % len(labels)]
         canaries.append(Canary(label, f"About {label}:", " ".join(words)))
     return canaries
+
+
+def made_up_word(rng: random.Random, syllables: int = SYLLABLES) -> str:
+    """A pronounceable made-up word of ``syllables`` onset + nucleus pairs."""
+    return "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(syllables))
 
 
 def _within(a: str, b: str, edits: int) -> bool:
