@@ -51,7 +51,9 @@ AS_PUBLISHED = {"label_prior": "uniform"}
 #: WASP's levers, each flipped against its defaults (compared as lever − WASP): name, label, overrides.
 LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("wasp-label-check-off", "WASP, label check off", {"label_check": "off"}),
+    # The gate was on by default until 2026-11-28: the grids made before then compare these two.
     ("wasp-gate-off", "WASP, quality gate off", {"quality_gate": False}),
+    ("wasp-gate-on", "WASP, quality gate on", {"quality_gate": True}),
     ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
     ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
     ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),

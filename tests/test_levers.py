@@ -85,7 +85,7 @@ def run(tmp_path, engine=FakeEngineForUnitTests, **kw):
 
 
 def test_the_gate_keeps_junk_out_and_counts_it_per_plm_and_reason(tmp_path):
-    _, manifest, table = run(tmp_path, JunkEngineForUnitTests)
+    _, manifest, table = run(tmp_path, JunkEngineForUnitTests, quality_gate=True)
     assert table.num_rows == 90  # rejects regenerated: exactly N
     texts = table.column("text").to_pylist()
     assert not set(JUNK) & set(texts) and not any("<i>" in t or "🙂" in t for t in texts)

@@ -204,7 +204,7 @@ def _samples(view: RunView) -> dict[tuple[str, str], list[dict[str, Any]]]:
 
 
 def _rejects_section(view: RunView) -> str:
-    """Samples the quality gate turned down (and regenerated), by reason and PLM, over all rounds."""
+    """Samples turned down (and regenerated), by reason and PLM, over all rounds."""
     rounds = view.manifest.get("rounds", [])
     if not any("rejects" in r for r in rounds):
         return (
@@ -217,15 +217,16 @@ def _rejects_section(view: RunView) -> str:
                 cell = totals.setdefault(reason, {})
                 cell[plm] = cell.get(plm, 0) + int(count)
     if not totals:
-        body = "<p>The quality gate rejected no sample.</p>"
+        body = "<p>No sample was turned down.</p>"
     else:
         rows = [[r, *(c.get(p, 0) for p in view.plms), sum(c.values())] for r, c in sorted(totals.items())]
         rows.append(["all", *(sum(c.get(p, 0) for c in totals.values()) for p in view.plms),
                      sum(sum(c.values()) for c in totals.values())])  # fmt: skip
         body = table(["reason", *view.plms, "total"], rows, last_is_total=True)
     return (
-        '<section id="rejects"><h2>Rejects</h2><p>Samples the quality gate (and, as '
-        "<code>off_label</code>, the label check) turned down, summed over the rounds; each was "
+        '<section id="rejects"><h2>Rejects</h2><p>Samples turned down, summed over the rounds: '
+        "empty ones, copies and echoes of the prompt always; the quality gate's reasons where "
+        "<code>--quality-gate</code> was on; as <code>off_label</code>, the label check. Each was "
         f"regenerated, never copied.</p>{body}</section>"
     )
 

@@ -239,7 +239,8 @@ def cards(items: Mapping[str, str], void: Iterable[str] = ()) -> str:
 
 
 def rounds_table(rounds: list[dict[str, Any]], plms: list[str]) -> str:
-    """One row per round and PLM; a rejected column when the run had the quality gate."""
+    """One row per round and PLM; a rejected column when the run counted rejects (runs older than the
+    quality gate counted none)."""
     gated = any("rejects" in r for r in rounds)
     head = ["round", "PLM", "quota", "kept", "shortfall", "weight before", "weight after", "tokens",
             "seconds", "engine failures", *(["rejected"] if gated else []), "missing (round)"]  # fmt: skip
