@@ -8,8 +8,10 @@
 * engines opened once per PLM and shared by every run (:class:`EnginePool`), an embedder that
   embeds each text once (:class:`CachedEmbedder`);
 * the run cache: a finished run's record is written atomically under ``WORK/records``, keyed by
-  the run's whole configuration, and reused by a restarted benchmark (:func:`reuse_or_run`); the
-  results JSON keeps each record's key, so a fresh clone resumes from it (:func:`restore_records`);
+  the run's whole configuration, and reused by a restarted benchmark (:func:`reuse_or_run`), also
+  for another method whose configuration is the same (a lever whose value became the default:
+  :func:`finished_record`); the results JSON keeps each record's key, so a fresh clone resumes from
+  it (:func:`restore_records`);
 * aggregation over seeds and differences paired by seed (:func:`paired`: a gap inside its
   standard deviation is "no gap"; ``seed_stats.py``).
 """
@@ -58,6 +60,7 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
     ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),
     ("wasp-label-check-m03", "WASP, label check with margin 0.03", {"label_check_margin": 0.03}),
+    ("wasp-weights-shrunk", "WASP, PLM weights shrunk by the public noise", {"plm_weighting": "shrunk"}),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
@@ -112,6 +115,9 @@ class Settings:
     work: Path
     quick: bool = False
     config: dict[str, Any] = field(default_factory=dict)  # more RunConfig settings for every run
+    # The benchmark's other methods: a finished run of one whose configuration is the same as a
+    # method's stands in for it (a lever whose value has since become the default, say).
+    twins: tuple[Method, ...] = ()
 
 
 # --- shared engines and embedder ------------------------------------------------------------------
@@ -309,6 +315,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "few_shot_examples": None,
         "zero_shot_share": 0.0,
         "voted_samples": "all",
+        "plm_weighting": "votes",
     }
     return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
 
@@ -325,12 +332,28 @@ def record_path(method: Method, seed: int, data: Data, settings: Settings) -> Pa
     return settings.work / "records" / f"{method.key.replace(':', '_')}-seed{seed}-{key}.json"
 
 
+def finished_record(method: Method, seed: int, data: Data, settings: Settings) -> Path | None:
+    """The record of a finished run of this configuration: the method's own, else one kept under a
+    method of ``settings.twins`` whose run configuration is identical; None if there is none."""
+    own = record_path(method, seed, data, settings)
+    if own.exists() or method.only_private:
+        return own if own.exists() else None
+    config = key_config(run_config(method, seed, data, settings).model_dump())
+    for twin in settings.twins:
+        if twin.key == method.key or twin.only_private:  # (M is in the configuration)
+            continue
+        path = record_path(twin, seed, data, settings)
+        if path.exists() and key_config(run_config(twin, seed, data, settings).model_dump()) == config:
+            return path
+    return None
+
+
 def out_of_time(method: Method, seed: int, data: Data, settings: Settings, minutes_in: float,
                 max_minutes: float | None) -> bool:  # fmt: skip
     """Whether a run is skipped for the time budget: only a run still to do is (a finished one is
     reused whatever the clock says, so ``--max-minutes 0`` rebuilds the tables from the cache)."""
     past = max_minutes is not None and minutes_in > max_minutes
-    return past and not record_path(method, seed, data, settings).exists()
+    return past and finished_record(method, seed, data, settings) is None
 
 
 def reuse_or_run(
@@ -342,14 +365,16 @@ def reuse_or_run(
     embedder: Any,
     extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """``(record, reused)``: a finished run's record under ``settings.work`` is reused; else the run
-    goes and its record (plus ``extras(run_dir, manifest)``) is written atomically."""
+    """``(record, reused)``: a finished run's record under ``settings.work`` is reused (a twin's
+    under this method's name); else the run goes and its record (plus ``extras(run_dir,
+    manifest)``) is written atomically."""
     from wasp_vllm.pipeline.store import write_json
 
+    if found := finished_record(method, seed, data, settings):
+        log.info("   reusing %s", found)
+        named = {"method": method.key, "label": method.label, "group": method.group}
+        return json.loads(found.read_text()) | named | {"cache_key": found.name}, True
     path = record_path(method, seed, data, settings)
-    if path.exists():
-        log.info("   reusing %s", path)
-        return json.loads(path.read_text()) | {"cache_key": path.name}, True
     record = run_one(method, seed, data, settings, pool, embedder, extras) | {"cache_key": path.name}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, record)  # atomic: a benchmark killed mid-write leaves no half record to reuse

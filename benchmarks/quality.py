@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
 
-    methods = method_grid(args.quick, args.federated_m, args.groups)
+    methods = grid = method_grid(args.quick, args.federated_m, args.groups)
     if args.only:
         wanted = set(args.only.split(","))
         if unknown := wanted - {m.key for m in methods}:
@@ -441,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         "n_test": len(load_test(data.scored, get_task(data.task))),
         "runs": [], "skipped": [], "finished": False,
     }  # fmt: skip
-    settings = Settings(args.engine, args.n, args.rounds, args.max_new_tokens, Path(args.work), args.quick)
+    settings = Settings(args.engine, args.n, args.rounds, args.max_new_tokens, Path(args.work), args.quick,
+                        twins=tuple(grid))  # fmt: skip
     start = time.perf_counter()
     embedder, pool = CachedEmbedder.on_disk(), EnginePool(args.engine)
     try:

@@ -214,12 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     def extras(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         return {"rounds": round_stats(run_dir, manifest, judge)}
 
+    twins = tuple(method for method, _ in table.values())
     try:
         for seed in range(args.seeds):  # seed-major: an interrupted grid still has whole seeds
             for task in args.tasks:
                 data = Data(task, args.split)
                 settings = Settings(args.engine, args.n, args.rounds, token_cap(task, args.max_new_tokens),
-                                    args.work / task, config=args.config)  # fmt: skip
+                                    args.work / task, config=args.config, twins=twins)  # fmt: skip
                 for key in args.methods:
                     method = table[key][0]
                     elapsed = (time.perf_counter() - start) / 60

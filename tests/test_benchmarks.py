@@ -226,6 +226,40 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
     assert not harness.out_of_time(method, 0, data, settings, minutes_in=11.0, max_minutes=0.0)
 
 
+def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(tmp_path: Path) -> None:
+    """A lever whose value became the default (``wasp-gate-off`` once the gate went off) and today's
+    ``wasp`` are one run: ``wasp`` reuses the lever's record under its own name. A method whose
+    configuration differs in anything (the gate on, another M) is no twin and runs."""
+    import harness
+
+    data = harness.Data("trec", "validation")
+    wasp = harness.Method("wasp", "WASP", "main", {})
+    same = harness.Method("wasp-gate-off", "gate off", "lever", {"quality_gate": False})
+    other = harness.Method("wasp-gate-on", "gate on", "lever", {"quality_gate": True})
+    fewer = harness.Method("wasp-gate-off-m50", "gate off, M 50", "lever", {"quality_gate": False}, m=50)
+    private = harness.Method("only-private", "OnlyPrivate", "baseline", {}, only_private=True)  # runs no PLM
+    settings = harness.Settings("vllm", 24, 2, None, tmp_path, twins=(private, wasp, same, other))
+    alone = harness.Settings("vllm", 24, 2, None, tmp_path)
+    harness.record_path(private, 0, data, settings).parent.mkdir(parents=True)
+    harness.record_path(private, 0, data, settings).write_text(json.dumps({"macro_f1": 0.9}))
+
+    assert harness.finished_record(wasp, 0, data, settings) is None  # OnlyPrivate's record is no twin
+    kept = harness.record_path(same, 0, data, settings)
+    kept.write_text(json.dumps({"method": same.key, "label": same.label, "group": "lever", "macro_f1": 0.5}))
+    assert harness.finished_record(wasp, 0, data, settings) == kept
+    assert harness.finished_record(wasp, 0, data, alone) is None  # twins are the benchmark's methods only
+    assert harness.finished_record(other, 0, data, settings) is None
+    assert harness.finished_record(fewer, 0, data, harness.Settings("vllm", 24, 2, None, tmp_path,
+                                                                    twins=(same,))) is None  # fmt: skip
+    assert harness.finished_record(wasp, 1, data, settings) is None  # another seed is another run
+    assert not harness.out_of_time(wasp, 0, data, settings, minutes_in=11.0, max_minutes=0.0)
+
+    record, reused = harness.reuse_or_run(wasp, 0, data, settings, pool=None, embedder=None)  # type: ignore[arg-type]
+    assert reused and record["macro_f1"] == 0.5
+    assert (record["method"], record["label"], record["group"]) == ("wasp", "WASP", "main")
+    assert record["cache_key"] == kept.name  # a fresh clone restores it under the key it was kept by
+
+
 def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
     """restore_records puts a results JSON's finished runs back under the keys they were kept by, so
     the benchmark finds them; a run without a key, or with a name that leaves the cache, is not."""

@@ -282,3 +282,34 @@ def test_the_far_votes_are_released_only_where_the_prompts_show_them(settings, f
 def test_contrastive_prompts_without_far_votes_are_refused():
     with pytest.raises(ValueError, match="far_votes=off: contrastive prompts show the far pool"):
         RunConfig(later_prompt="contrastive", far_votes="off")
+
+
+@pytest.mark.parametrize("weighting", ["votes", "shrunk"])
+def test_the_plm_weights_follow_the_published_votes_by_the_chosen_rule(tmp_path, weighting):
+    """Each round's next weights are the chosen rule applied to that round's published noisy votes
+    (and the public sigma): 'shrunk' reaches the loop, and 'votes' stays the paper's rule."""
+    import pyarrow as pa
+
+    from wasp_vllm.pipeline.selection import plm_weights, shrunk_plm_weights
+
+    (tmp_path / weighting).mkdir()
+    cfg, manifest, _ = run(tmp_path / weighting, plm_weighting=weighting, n=60, rounds=4)
+    out = tmp_path / weighting / "out"
+    samples = pa.concat_tables([pq.read_table(p) for p in sorted(out.rglob("round-*.parquet"))])
+    plm_of = dict(zip(samples.column("id").to_pylist(), samples.column("plm").to_pylist(), strict=True))
+    sigma = manifest["privacy"]["plan"]["sigma"]
+    voted_rounds = [r for r in manifest["rounds"] if r["round"] < cfg.rounds - 1]
+    assert len(voted_rounds) == 3
+    for record in voted_rounds:
+        votes = pq.read_table(next(out.rglob(f"votes-{record['round']:03d}.parquet")))
+        plm = np.array([cfg.plms.index(plm_of[i]) for i in votes.column("id").to_pylist()])
+        h = votes.column("h_near").to_numpy()
+        prev = np.array(record["weights_before"])
+        paper = plm_weights(h, plm, 2, prev)
+        shrunk = shrunk_plm_weights(h, plm, 2, prev, sigma)
+        np.testing.assert_allclose(record["weights_after"], shrunk if weighting == "shrunk" else paper)
+
+
+def test_shrunk_plm_weights_need_a_method_that_weighs_its_plms():
+    with pytest.raises(ValueError, match="plm_weighting=shrunk: only for methods whose PLM shares"):
+        RunConfig(strategy="fusegen", plm_weighting="shrunk")

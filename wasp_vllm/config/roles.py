@@ -140,6 +140,12 @@ class MethodSettings(Role):
         "prefix cache reuses them (0 = a fresh draw per prompt).", ge=0,
     )  # fmt: skip
     min_plm_share: int = setting(0, "Floor on each PLM's per-round quota.", ge=0)
+    plm_weighting: Literal["votes", "shrunk"] = setting(
+        "votes", "How WASP's PLM shares follow the votes: 'votes' (the paper: in proportion to each "
+        "PLM's mean noisy vote per sample) or 'shrunk' (those means pulled towards their common mean as "
+        "far as the public noise explains their spread, so PLMs the votes cannot tell apart get equal "
+        "shares). Public post-processing, no privacy cost.",
+    )  # fmt: skip
     later_prompt: LaterPrompt = setting(
         "auto", "WASP's prompt after round 0: 'contrastive' (the paper: good and bad examples of the "
         "label), 'few_shot' (the good examples only), 'zero_shot' (none: the votes only move the "

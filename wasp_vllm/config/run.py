@@ -155,6 +155,11 @@ class RunConfig(
                 f"this run's are zero-shot already ({self.strategy}, later_prompt={self.later_prompt}); "
                 "leave it out"
             )
+        if self.plm_weighting != "votes" and not get_strategy(self.strategy).reweights:
+            raise ValueError(
+                f"plm_weighting={self.plm_weighting}: only for methods whose PLM shares follow the votes, "
+                f"and {self.strategy} keeps them fixed; leave it out"
+            )
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "

@@ -31,7 +31,13 @@ from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.manifest import Manifest, build_manifest
 from wasp_vllm.pipeline.prompts import RoundInputs, make_gate, normalize_text
-from wasp_vllm.pipeline.selection import label_shares, plm_weights, sample_weights, select_pools
+from wasp_vllm.pipeline.selection import (
+    label_shares,
+    plm_weights,
+    sample_weights,
+    select_pools,
+    shrunk_plm_weights,
+)
 from wasp_vllm.pipeline.state import Pools, RoundRecord, RunState
 from wasp_vllm.pipeline.store import (
     CheckpointError,
@@ -176,9 +182,12 @@ class Run:
         )
         if self.strategy.reweights:
             plm_of = np.array([self.cfg.plms.index(p) for p in synth.column("plm").to_pylist()])
-            state.weights = plm_weights(
-                votes.h_near, plm_of, len(self.cfg.plms), np.asarray(state.weights)
-            ).tolist()
+            prev = np.asarray(state.weights)
+            if self.cfg.plm_weighting == "shrunk":
+                weights = shrunk_plm_weights(votes.h_near, plm_of, len(self.cfg.plms), prev, votes.sigma)
+            else:
+                weights = plm_weights(votes.h_near, plm_of, len(self.cfg.plms), prev)
+            state.weights = weights.tolist()
             state.renormalise()  # a dropped PLM's old samples still get votes
 
     def _commit(

@@ -173,6 +173,48 @@ def plm_weights(
     return scores / total
 
 
+def shrunk_plm_weights(
+    h_near: np.ndarray, synth_plm: np.ndarray, n_plms: int, prev_weights: np.ndarray, sigma: float
+) -> np.ndarray:
+    """Next round's PLM weights that move only as far as the public noise allows.
+
+    A PLM's mean noisy near-vote per sample is its signal plus noise of variance ``sigma**2 / n_k``
+    (``n_k`` its samples; ``sigma`` public). The means are pulled towards their common mean by the
+    positive-part James-Stein factor ``1 - expected noise spread / observed spread``: PLMs whose
+    means differ no more than the noise would make them get equal weights, PLMs far apart get
+    weights in proportion to their means (as :func:`plm_weights`, whose per-sample scores these
+    are). A PLM without samples gets the common mean, so it can come back. Public
+    post-processing of the noisy votes: no privacy cost. If the shrunk means are all non-positive
+    the votes carry no usable signal and ``prev_weights`` (normalised) is returned.
+    """
+    n_plms = _check_count("n_plms", n_plms, 1)
+    prev = _float_vector("prev_weights", prev_weights, n_plms)
+    if np.any(prev < 0) or prev.sum() <= 0:
+        raise ValueError("prev_weights must be non-negative with a positive sum")
+    if isinstance(sigma, bool) or not math.isfinite(float(sigma)) or float(sigma) < 0:
+        raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}")
+    plm = _int_vector("synth_plm", synth_plm, n_plms)
+    votes = _float_vector("h_near", h_near, plm.shape[0])
+    counts = np.bincount(plm, minlength=n_plms).astype(np.float64)
+    has = counts > 0
+    if not has.any():
+        return prev / prev.sum()
+    means = np.bincount(plm, weights=votes, minlength=n_plms)[has] / counts[has]
+    common = float(means.mean())
+    spread = float(np.sum((means - common) ** 2))
+    # E[sum (e_k - mean e)^2] for independent e_k of variance v_k is sum v_k (1 - 1/K).
+    noise = float(np.sum(float(sigma) ** 2 / counts[has])) * (1.0 - 1.0 / means.size)
+    keep = max(0.0, 1.0 - noise / spread) if spread > 0 else 0.0
+    estimate = np.full(n_plms, common)
+    estimate[has] = common + keep * (means - common)
+    estimate = np.clip(estimate, 0.0, None)
+    total = math.fsum(estimate)
+    if not total > 0.0:
+        logger.info("shrunk_plm_weights: no positive PLM estimate, keeping previous weights")
+        return prev / prev.sum()
+    return estimate / total
+
+
 # ------------------------------------------------------------------------------------------------
 # quotas
 # ------------------------------------------------------------------------------------------------

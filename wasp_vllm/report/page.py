@@ -167,6 +167,9 @@ def _rounds_section(view: RunView) -> str:
     notes = "".join(
         f"<p class='note'>{escape(p)} was dropped: {escape(str(r))}</p>" for p, r in dropped.items()
     )
+    rule = ""
+    if view.manifest.get("config", {}).get("plm_weighting") == "shrunk":
+        rule = " (pulled towards equal shares as far as the public noise explains their differences)"
     final_line = ""
     if final:
         pairs = ", ".join(f"{p} {fmt(w)}" for p, w in zip(view.plms, final, strict=False))
@@ -174,7 +177,7 @@ def _rounds_section(view: RunView) -> str:
     return (
         '<section id="rounds"><h2>Rounds: quotas and PLM weights</h2>'
         "<p>Each round every PLM writes its quota; the noisy votes of the private records then set the "
-        "weights, hence the quotas of the next round.</p>"
+        f"weights{rule}, hence the quotas of the next round.</p>"
         f'<img src="{WEIGHTS_PNG}" alt="PLM weights and quotas per round" width="990">'
         f"{rounds_table(rounds, view.plms)}{final_line}{notes}</section>"
     )
