@@ -342,8 +342,12 @@ def finished_record(method: Method, seed: int, data: Data, settings: Settings) -
     for twin in settings.twins:
         if twin.key == method.key or twin.only_private:  # (M is in the configuration)
             continue
-        path = record_path(twin, seed, data, settings)
-        if path.exists() and key_config(run_config(twin, seed, data, settings).model_dump()) == config:
+        try:
+            path = record_path(twin, seed, data, settings)
+            same = path.exists() and key_config(run_config(twin, seed, data, settings).model_dump()) == config
+        except ValueError:  # a method these settings cannot run (e.g. more examples than --s) is no twin
+            continue
+        if same:
             return path
     return None
 

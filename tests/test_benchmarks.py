@@ -238,7 +238,8 @@ def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(t
     other = harness.Method("wasp-gate-on", "gate on", "lever", {"quality_gate": True})
     fewer = harness.Method("wasp-gate-off-m50", "gate off, M 50", "lever", {"quality_gate": False}, m=50)
     private = harness.Method("only-private", "OnlyPrivate", "baseline", {}, only_private=True)  # runs no PLM
-    settings = harness.Settings("vllm", 24, 2, None, tmp_path, twins=(private, wasp, same, other))
+    invalid = harness.Method("wasp-many", "99 examples", "lever", {"few_shot_examples": 99})  # > s: no run
+    settings = harness.Settings("vllm", 24, 2, None, tmp_path, twins=(private, invalid, wasp, same, other))
     alone = harness.Settings("vllm", 24, 2, None, tmp_path)
     harness.record_path(private, 0, data, settings).parent.mkdir(parents=True)
     harness.record_path(private, 0, data, settings).write_text(json.dumps({"macro_f1": 0.9}))
