@@ -39,6 +39,13 @@ def vetoes(diff: dict[str, Any] | None) -> bool:
     return diff is not None and diff["verdict"] == "gap" and diff["mean"] < 0
 
 
+def _per_task(rows: dict[str, dict], lever: str, base: str, metric: str) -> dict[str, Any]:
+    """``lever − base`` in ``metric`` per task, paired by seed (None where a task lacks either)."""
+    return {
+        t: paired_diff(by_seed(r.get(lever), metric), by_seed(r.get(base), metric)) for t, r in rows.items()
+    }
+
+
 def decide(
     tasks: dict[str, dict], lever: str, base: str, names: list[str], guards: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -46,11 +53,8 @@ def decide(
     ``guards`` are further metrics (higher is better) on which the lever may be worse beyond its
     spread on no task either; ``guarded`` holds their paired differences per task."""
     rows = {t: tasks.get(t, {}) for t in names}
-    per_task = {
-        t: paired_diff(by_seed(r.get(lever), METRIC), by_seed(r.get(base), METRIC)) for t, r in rows.items()
-    }
-    guarded = {m: {t: paired_diff(by_seed(r.get(lever), m), by_seed(r.get(base), m)) for t, r in rows.items()}
-               for m in guards}  # fmt: skip
+    per_task = _per_task(rows, lever, base, METRIC)
+    guarded = {m: _per_task(rows, lever, base, m) for m in guards}
     if missing := [t for t, d in per_task.items() if d is None]:
         why = f"no paired rows on {', '.join(missing)}"
         return {"adopt": False, "why": why, "per_task": per_task, "mean": None, "guarded": guarded}
