@@ -63,6 +63,11 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("wasp-label-check-m03", "WASP, label check with margin 0.03", {"label_check_margin": 0.03}),
     ("wasp-weights-shrunk", "WASP, PLM weights shrunk by the public noise", {"plm_weighting": "shrunk"}),
     (
+        "wasp-pool-filter",
+        "WASP, good examples from the half of each label's samples that read most like it",
+        {"pool_label_filter": 0.5},
+    ),
+    (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
         {"later_prompt": "zero_shot"},
@@ -320,6 +325,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "zero_shot_share": 0.0,
         "voted_samples": "all",
         "plm_weighting": "votes",
+        "pool_label_filter": 0.0,
     }
     return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
 

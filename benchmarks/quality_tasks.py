@@ -24,6 +24,7 @@ its committed results (a changed setting or default is a new key, so it runs aga
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -202,6 +203,34 @@ def new_payload(args: argparse.Namespace, argv: list[str] | None, table: dict[st
     }  # fmt: skip
 
 
+def finished_cells(payload: dict[str, Any]) -> set[tuple[str, str, int]]:
+    """(task, method, seed) of every run a results payload holds that did not fail."""
+    return {(r["task"], r["method"], r["seed"]) for r in payload.get("runs", []) if "error" not in r}
+
+
+class ResultsWriter:
+    """Writes a grid's tables to ``stem`` unless that would drop a finished run the file there
+    holds (one this grid skipped for time, or could not match because settings or defaults changed
+    since): then to ``STEM-partial`` beside it, so what was written is never lost to a grid that
+    stopped early."""
+
+    def __init__(self, stem: Path) -> None:
+        self.stem, self.partial = stem, stem.with_name(stem.name + "-partial")
+        old = stem.with_suffix(".json")
+        self.kept = finished_cells(json.loads(old.read_text())) if old.exists() else set()
+
+    def missing(self, payload: dict[str, Any]) -> set[tuple[str, str, int]]:
+        return self.kept - finished_cells(payload)
+
+    def write(self, payload: dict[str, Any]) -> Path:
+        target = self.partial if self.missing(payload) else self.stem
+        write_outputs(payload, target)
+        if target == self.stem:  # caught up: a partial table of an earlier try is out of date
+            for stale in self.partial.parent.glob(f"{self.partial.name}*"):
+                stale.unlink()
+        return target
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     table = method_table(args.m)
@@ -215,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = new_payload(args, argv, table)
     if restored := restore_records(stem.with_suffix(".json"), lambda task: args.work / task):
         log.info("restored %d finished runs from %s.json into %s", restored, stem, args.work)
+    writer = ResultsWriter(stem)
     start = time.perf_counter()
     embedder, pool = CachedEmbedder.on_disk(), EnginePool(args.engine)
     judge = ReferenceJudge(embedder)
@@ -242,15 +272,24 @@ def main(argv: list[str] | None = None) -> int:
                     payload["reused" if record.get("reused") else "ran"].append([task, key, seed])
                     payload["engine_startup_s"] = dict(pool.startup_s)
                     payload["total_s"] = round(time.perf_counter() - start, 1)
-                    write_outputs(payload, stem)
+                    writer.write(payload)
     finally:
         pool.close()
     payload["finished"] = True
     payload["machine"]["load_end"] = report.load_average()
     payload["total_s"] = round(time.perf_counter() - start, 1)
-    write_outputs(payload, stem)
-    log.info("wrote %s.{md,json,png} in %.1f min", stem, payload["total_s"] / 60)
-    print(stem.with_suffix(".md").read_text())
+    written = writer.write(payload)
+    log.info("wrote %s.{md,json,png} in %.1f min", written, payload["total_s"] / 60)
+    print(written.with_suffix(".md").read_text())
+    if written != stem:
+        lost = sorted(writer.missing(payload))
+        log.error(
+            "%s.json holds %d finished runs this grid did not reproduce (skipped for time, or their "
+            "settings changed since), e.g. %s: it is left as it was, and this grid's tables are in %s.*; "
+            "run the missing cells, or delete the old file to replace it",
+            stem, len(lost), ", ".join(f"{m} on {t} seed {sd}" for t, m, sd in lost[:3]), written,
+        )  # fmt: skip
+        return 1
     failed = [r for r in payload["runs"] if "error" in r]
     return 1 if failed else 0  # the tables are written either way; a failed run must not pass unseen
 

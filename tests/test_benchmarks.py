@@ -204,12 +204,12 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
 
     as_before = path()
     off = {"label_prior_smoothing": 0.0, "label_prior_floor": 0.0, "zero_shot_share": 0.0,
-           "voted_samples": "all"}  # fmt: skip
+           "voted_samples": "all", "pool_label_filter": 0.0}  # fmt: skip
     assert path(later_prompt="few_shot", **off) == as_before
     changed = [path(later_prompt="zero_shot"), path(label_prior_smoothing=0.5), path(label_prior_floor=0.5),
                path(few_shot_examples=4), path(zero_shot_share=0.5), path(far_votes="auto"),
-               path(voted_samples="newest")]  # fmt: skip
-    assert len({as_before, *changed}) == 8
+               path(voted_samples="newest"), path(pool_label_filter=0.5)]  # fmt: skip
+    assert len({as_before, *changed}) == 9
     # Both histograms, as every run released before far_votes existed: the old records stay valid
     # (--far-votes auto makes these two release both, or nothing).
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)
@@ -543,3 +543,33 @@ def test_a_generation_made_for_another_split_is_scored_not_run_again(tmp_path: P
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     (run_dir / "synthetic.parquet").unlink()
     assert harness.generation_elsewhere(wasp, 0, test, here) is None
+
+
+def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, monkeypatch):
+    """A results file's finished runs that a grid did not reproduce (skipped for time, or keyed by
+    settings that changed since) stay in it: the grid writes ``NAME-partial`` until it has them all."""
+    import quality_tasks
+
+    def fake_outputs(payload, stem):  # the tables themselves are tested elsewhere
+        stem.with_suffix(".json").write_text(json.dumps(payload))
+        stem.with_name(stem.name + "_junk.png").write_text("")
+
+    monkeypatch.setattr(quality_tasks, "write_outputs", fake_outputs)
+
+    def run(task, method, seed, **more):
+        return {"task": task, "method": method, "seed": seed, **more}
+
+    stem = tmp_path / "grid"
+    old = {"runs": [run("trec", "wasp", 0), run("trec", "wasp", 1), run("trec", "fusegen", 0, error="x")]}
+    stem.with_suffix(".json").write_text(json.dumps(old))
+    writer = quality_tasks.ResultsWriter(stem)
+    short = {"runs": [run("trec", "wasp", 0), run("trec", "fusegen", 0)]}
+    assert writer.write(short) == tmp_path / "grid-partial"
+    assert json.loads(stem.with_suffix(".json").read_text()) == old
+    assert json.loads((tmp_path / "grid-partial.json").read_text()) == short
+    assert writer.missing(short) == {("trec", "wasp", 1)}  # the old failed run is no loss
+    caught_up = {"runs": [*short["runs"], run("trec", "wasp", 1)]}
+    assert writer.write(caught_up) == stem
+    assert json.loads(stem.with_suffix(".json").read_text()) == caught_up
+    assert not list(tmp_path.glob("grid-partial*"))  # the out-of-date partial tables are gone
+    assert quality_tasks.ResultsWriter(tmp_path / "new").write(short) == tmp_path / "new"

@@ -8,6 +8,7 @@ the subject is the loop's handling, not an LLM (real engines: tests/test_engines
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -75,7 +76,7 @@ def run(tmp_path, engine=FakeEngineForUnitTests, **kw):
         Run(
             prepare(cfg),
             tmp_path / "out",
-            engine_factory=lambda name, c: engine(name),
+            engine_factory=engine if not isinstance(engine, type) else lambda name, c: engine(name),
             embedder=HashEmbedderForTests(),
         )
         .execute()
@@ -140,6 +141,45 @@ def test_without_the_label_check_off_label_samples_get_in(tmp_path):
     _, manifest, table = run(tmp_path, WrongLabelEngineForUnitTests, label_check="off")
     assert manifest["config"]["label_check"] == "off"
     assert not _written_as_labelled(table).all()
+
+
+def _shown_examples(prompts: list[str]) -> list[tuple[str, str]]:
+    """(label asked for, label word of an example) for every example a few-shot prompt shows."""
+    out = []
+    for prompt in prompts:
+        examples, few_shot, instruction = prompt.rpartition("Based on the above")
+        if not few_shot:
+            continue  # round 0's zero-shot prompts
+        asked = next(lab for lab in LABELS if f"also in {get_task('drugs').label_text(lab)}" in instruction)
+        out += [(asked, text.split()[0]) for text in re.findall(r'The drug review is: "([^"]*)"', examples)]
+    return out
+
+
+def test_the_pool_label_filter_shows_examples_that_read_as_their_label(tmp_path):
+    """Half of what the PLMs write carries another label's word (label check off): the votes alone
+    put such samples in the prompts; with --pool-label-filter 0.5 the good pool takes only the half
+    of each label's samples that read most like it, so the prompts show on-label examples."""
+    shown = {}
+    for share in (0.0, 0.5):
+        engines: dict[str, WrongLabelEngineForUnitTests] = {}
+
+        def factory(name, cfg, engines=engines):
+            return engines.setdefault(name, WrongLabelEngineForUnitTests(name))
+
+        (tmp_path / str(share)).mkdir()
+        run(tmp_path / str(share), factory, label_check="off", pool_label_filter=share)
+        shown[share] = _shown_examples([p for e in engines.values() for p in e.prompts])
+    for share, pairs in shown.items():
+        assert len(pairs) > 20, share
+    on_label = {share: np.mean([a == w for a, w in pairs]) for share, pairs in shown.items()}
+    assert on_label[0.0] < 0.9 and on_label[0.5] == 1.0, on_label
+
+
+def test_the_pool_label_filter_needs_prompts_that_show_examples():
+    with pytest.raises(ValueError, match="pool_label_filter: only for methods whose prompts"):
+        RunConfig(strategy="fusegen", pool_label_filter=0.5)
+    with pytest.raises(ValueError, match="less than or equal to 0.9"):
+        RunConfig(pool_label_filter=0.95)
 
 
 def test_a_private_label_prior_is_paid_for_and_shapes_the_labels(tmp_path):

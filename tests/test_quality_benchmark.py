@@ -119,3 +119,11 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     same = json.loads((out / "t.json").read_text())
     assert same["ran"] == [] and same["skipped"] == [] and ["trec", "wasp-gate-off", 0] in same["reused"]
     assert same["tasks"]["trec"]["wasp-gate-off"]["macro_f1"] == payload["tasks"]["trec"]["wasp"]["macro_f1"]
+
+    # Other settings are other runs: out of time, this grid finds none of them, and the results it
+    # would drop stay where they are (its own tables go beside them, and it fails).
+    other = subprocess.run([*cmd, "--n", "30", "--max-minutes", "0"], env=env, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert other.returncode == 1 and "did not reproduce" in other.stderr, other.stderr[-3000:]
+    assert json.loads((out / "t.json").read_text()) == same
+    assert json.loads((out / "t-partial.json").read_text())["runs"] == []

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from wasp_vllm.pipeline.selection import (
     allocate_quotas,
+    clearest_per_label,
     plm_scores,
     plm_weights,
     select_pools,
@@ -293,3 +294,32 @@ def test_without_h_far_the_good_pool_is_the_plain_top_s_and_no_bad_pool():
     np.testing.assert_array_equal(pools[1].good, [1, 3, 7])
     assert pools[2].good.size == 0
     assert all(p.bad.size == 0 and p.bad.dtype == np.int64 for p in pools.values())
+
+
+def test_the_clearest_share_of_each_label_stays_eligible():
+    labels = np.array([0, 0, 0, 0, 1, 1, 1, 0])
+    leads = np.array([0.3, -0.1, 0.2, 0.0, 0.5, 0.1, 0.1, 0.05])
+    # label 0 (5 rows): int(0.5 * 5) = 2 set aside, the leads -0.1 and 0.0; label 1 (3 rows): one,
+    # of the tied 0.1 the higher row
+    keep = clearest_per_label(leads, labels, 3, 0.5)
+    np.testing.assert_array_equal(keep, [True, False, True, False, True, True, False, True])
+    assert clearest_per_label(leads, labels, 3, 0.0).all()
+    with pytest.raises(ValueError, match="share"):
+        clearest_per_label(leads, labels, 3, 1.0)
+
+
+def test_only_eligible_samples_enter_the_good_pool_and_the_bad_pool_takes_any():
+    labels = np.zeros(6, int)
+    h_near = np.array([9.0, 8.0, 7.0, 6.0, 5.0, 4.0])
+    h_far = np.array([0.0, 9.0, 0.0, 0.0, 0.0, 1.0])
+    eligible = np.array([False, False, True, True, True, True])
+    few_shot = select_pools(h_near, None, labels, 2, 1, eligible)
+    np.testing.assert_array_equal(few_shot[0].good, [2, 3])  # rows 0 and 1 have the most votes
+    contrastive = select_pools(h_near, h_far, labels, 2, 1, eligible)
+    np.testing.assert_array_equal(contrastive[0].good, [2, 3])
+    np.testing.assert_array_equal(contrastive[0].bad, [1, 5])  # row 1 is set aside from good only
+    # no eligible sample: an empty good pool, the bad pool still fills
+    none = select_pools(h_near, h_far, labels, 2, 1, np.zeros(6, bool))
+    assert none[0].good.size == 0 and none[0].bad.tolist() == [1, 5]
+    with pytest.raises(ValueError, match="eligible"):
+        select_pools(h_near, None, labels, 2, 1, np.ones(5, bool))

@@ -163,6 +163,13 @@ class MethodSettings(Role):
         "samples that copy none of the voted ones; public, no privacy cost. 0: every later prompt shows "
         "the voted examples.", ge=0, le=1,
     )  # fmt: skip
+    pool_label_filter: float = setting(
+        0.0, "Methods whose prompts after round 0 show voted examples: before the votes choose a label's "
+        "good examples, set aside this share of the label's samples that read least like it (the "
+        "smallest lead of the label's own description over the others', as --label-check measures it), "
+        "so the prompts show samples that carry their label clearly. Public, no privacy cost. 0: the "
+        "votes choose among all of them (the paper).", ge=0, le=0.9,
+    )  # fmt: skip
     prompt_style: Literal["paper", "short"] = setting(
         "paper", "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs)."
     )

@@ -149,12 +149,13 @@ class RunConfig(
                 "far_votes=on (or auto), or later_prompt=few_shot"
             )
         shows_examples = self.later_prompt != "zero_shot" and get_strategy(self.strategy).votes
-        if self.zero_shot_share and not shows_examples:
-            raise ValueError(
-                f"zero_shot_share: only for methods whose prompts after round 0 show voted examples, and "
-                f"this run's are zero-shot already ({self.strategy}, later_prompt={self.later_prompt}); "
-                "leave it out"
-            )
+        for name in ("zero_shot_share", "pool_label_filter"):  # both act on the voted examples
+            if getattr(self, name) and not shows_examples:
+                raise ValueError(
+                    f"{name}: only for methods whose prompts after round 0 show voted examples, and "
+                    f"this run's are zero-shot ({self.strategy}, later_prompt={self.later_prompt}); "
+                    "leave it out"
+                )
         if self.plm_weighting != "votes" and not get_strategy(self.strategy).reweights:
             raise ValueError(
                 f"plm_weighting={self.plm_weighting}: only for methods whose PLM shares follow the votes, "

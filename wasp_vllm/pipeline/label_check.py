@@ -58,10 +58,18 @@ class LabelCheck:
         """[n, labels] cosine similarity of each sample to each label's description."""
         return _unit_rows(embeddings) @ self.prototypes.T
 
-    def off_label(self, embeddings: np.ndarray, labels: Sequence[str]) -> np.ndarray:
-        """Boolean mask: the sample's own label trails the best label by more than the margin."""
-        if len(labels) == 0:
-            return np.zeros(0, dtype=bool)
+    def leads(self, embeddings: np.ndarray, labels: Sequence[str]) -> np.ndarray:
+        """Per sample, its own label's similarity minus the best other label's: positive where the
+        sample reads most like its own label, larger the more clearly it does."""
+        if len(labels) == 0 or len(self.labels) < 2:  # one label: nothing to read it against
+            return np.zeros(len(labels), dtype=np.float32)
         scores = self.scores(embeddings)
-        own = scores[np.arange(len(labels)), [self.labels.index(lab) for lab in labels]]
-        return scores.max(axis=1) - own > self.margin
+        rows = np.arange(len(labels))
+        own_col = np.array([self.labels.index(lab) for lab in labels])
+        own = scores[rows, own_col]
+        scores[rows, own_col] = -np.inf
+        return own - scores.max(axis=1)
+
+    def off_label(self, embeddings: np.ndarray, labels: Sequence[str]) -> np.ndarray:
+        """Boolean mask: the sample's own label trails the best other label by more than the margin."""
+        return self.leads(embeddings, labels) < -self.margin

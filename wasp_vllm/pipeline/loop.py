@@ -32,6 +32,7 @@ from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.manifest import Manifest, build_manifest
 from wasp_vllm.pipeline.prompts import RoundInputs, make_gate, normalize_text
 from wasp_vllm.pipeline.selection import (
+    clearest_per_label,
     label_shares,
     plm_weights,
     sample_weights,
@@ -59,6 +60,12 @@ log = logging.getLogger(__name__)
 EngineFactory = Callable[[str, Any], Engine]
 
 
+def _embeddings(samples: pa.Table) -> np.ndarray:
+    """[rows, dim] float32: a sample table's stored embeddings."""
+    flat = np.asarray(samples.column("embedding").combine_chunks().flatten(), dtype=np.float32)
+    return flat.reshape(samples.num_rows, -1)
+
+
 class Run:
     """One WASP (or baseline) run writing to one output directory.
 
@@ -77,7 +84,8 @@ class Run:
         self.engine_kinds: dict[str, str] = {}  # which engine served each PLM (vllm, hf, openai)
         self.estimate = estimate  # the dry-run's plan, set beside what happened in the manifest
         self.voting: VotingMechanism | None = None
-        self.label_check: LabelCheck | None = None
+        self.label_check: LabelCheck | None = None  # rejects off-label samples (--label-check drop)
+        self.label_reader: LabelCheck | None = None  # how clearly samples read as their labels
         self.secret: RunSecret | None = None
         self.tables: list[pa.Table] = []
 
@@ -155,11 +163,10 @@ class Run:
     def _release(self, t: int, synth: pa.Table) -> NoisyVotes:
         """The only step that reads private data; only the noisy histograms leave it."""
         assert self.voting is not None
-        emb = np.asarray(synth.column("embedding").combine_chunks().flatten(), dtype=np.float32)
         labels = np.array([self.ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
         start = time.perf_counter()
         with private_work(self.progress):  # the bar's clock shows public work only
-            votes = self.voting.release(t, emb.reshape(synth.num_rows, -1), labels)
+            votes = self.voting.release(t, _embeddings(synth), labels)
         # The time of private work scales with the private data: it stays in the operator's state.
         self.timings["private:voting"] = self.timings.get("private:voting", 0.0) + time.perf_counter() - start
         log.debug(
@@ -175,7 +182,12 @@ class Run:
         labels_of = self.ctx.task.labels
         texts = synth.column("text").to_pylist()
         labels = np.array([labels_of.index(x) for x in synth.column("label").to_pylist()])
-        chosen = select_pools(votes.h_near, votes.h_far, labels, self.cfg.s, len(labels_of))
+        eligible = None
+        if self.cfg.pool_label_filter:
+            assert self.label_reader is not None
+            leads = self.label_reader.leads(_embeddings(synth), synth.column("label").to_pylist())
+            eligible = clearest_per_label(leads, labels, len(labels_of), self.cfg.pool_label_filter)
+        chosen = select_pools(votes.h_near, votes.h_far, labels, self.cfg.s, len(labels_of), eligible)
         state.pools = Pools(
             good={labels_of[c]: [texts[i] for i in p.good] for c, p in chosen.items()},
             bad={labels_of[c]: [texts[i] for i in p.bad] for c, p in chosen.items()},
@@ -279,8 +291,9 @@ class Run:
             if hasattr(self.embedder, "load"):  # a lazy embedder: its start-up is a stage of its own
                 self._timed("startup:embedder", self.embedder.load)
             self.voting = self._open_voting(state)
-            if self.cfg.label_check == "drop":
-                self.label_check = LabelCheck(self.ctx.task, self.embedder, self.cfg.label_check_margin)
+            if self.cfg.label_check == "drop" or self.cfg.pool_label_filter:
+                self.label_reader = LabelCheck(self.ctx.task, self.embedder, self.cfg.label_check_margin)
+                self.label_check = self.label_reader if self.cfg.label_check == "drop" else None
             if self.cfg.label_prior == "private" and state.label_shares is None:
                 state.label_shares = self._label_prior(state)
             yield

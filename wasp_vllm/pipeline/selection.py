@@ -79,31 +79,51 @@ def _draft(order_good: np.ndarray, order_bad: np.ndarray, s: int) -> PoolIndices
     A sample in both top-S lists thus lands in the pool that reaches it first - the one where its
     rank among the untaken samples is better, good on equal rank - and the other pool takes its
     next-best sample instead.  With fewer than ``2s`` samples the label's samples are split
-    (good gets the extra one).
+    (good gets the extra one).  ``order_good`` may rank fewer samples than ``order_bad`` (those the
+    good pool may take).
     """
     taken: set[int] = set()
-    good: list[int] = []
-    bad: list[int] = []
-    pg = pb = 0
-    n = len(order_good)
-    while len(taken) < n and (len(good) < s or len(bad) < s):
-        if len(good) < s:
-            while pg < n and int(order_good[pg]) in taken:
-                pg += 1
-            if pg < n:
-                good.append(int(order_good[pg]))
-                taken.add(good[-1])
-        if len(bad) < s and len(taken) < n:
-            while pb < n and int(order_bad[pb]) in taken:
-                pb += 1
-            if pb < n:
-                bad.append(int(order_bad[pb]))
-                taken.add(bad[-1])
+    picks: tuple[list[int], list[int]] = ([], [])  # good, bad
+    orders, places = (order_good, order_bad), [0, 0]
+    progressed = True
+    while progressed and min(len(p) for p in picks) < s:
+        progressed = False
+        for side in (0, 1):  # good first: it gets the extra sample of an odd split
+            order, chosen = orders[side], picks[side]
+            while places[side] < len(order) and int(order[places[side]]) in taken:
+                places[side] += 1
+            if len(chosen) < s and places[side] < len(order):
+                chosen.append(int(order[places[side]]))
+                taken.add(chosen[-1])
+                progressed = True
+    good, bad = picks
     return PoolIndices(good=np.asarray(good, dtype=np.int64), bad=np.asarray(bad, dtype=np.int64))
 
 
+def clearest_per_label(
+    leads: np.ndarray, synth_labels: np.ndarray, n_labels: int, share: float
+) -> np.ndarray:
+    """Boolean mask: each label's samples less the ``share`` of them (rounded down) with the
+    smallest ``leads`` (how clearly a sample reads as its label; ties set aside the higher row)."""
+    labels = _int_vector("synth_labels", synth_labels, _check_count("n_labels", n_labels, 1))
+    lead = _float_vector("leads", leads, labels.shape[0])
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"share must lie in [0, 1), got {share!r}")
+    keep = np.ones(labels.shape[0], dtype=bool)
+    for label in range(n_labels):
+        rows = np.flatnonzero(labels == label)
+        weakest_first = rows[np.lexsort((-rows, lead[rows]))]
+        keep[weakest_first[: int(share * rows.size)]] = False
+    return keep
+
+
 def select_pools(
-    h_near: np.ndarray, h_far: np.ndarray | None, synth_labels: np.ndarray, s: int, n_labels: int
+    h_near: np.ndarray,
+    h_far: np.ndarray | None,
+    synth_labels: np.ndarray,
+    s: int,
+    n_labels: int,
+    eligible: np.ndarray | None = None,
 ) -> dict[int, PoolIndices]:
     """Per label: ``good`` = top-``s`` of noisy ``H_near``, ``bad`` = top-``s`` of noisy ``H_far``.
 
@@ -111,21 +131,27 @@ def select_pools(
     row index.  Every label in ``range(n_labels)`` gets an entry; a label without synthetic samples
     gets two empty pools, one with fewer than ``2s`` samples gets smaller pools.  Without ``H_far``
     (a run that never shows the far pool releases none) ``good`` is the plain top-``s`` and ``bad``
-    is empty.
+    is empty.  ``eligible`` (a boolean mask, e.g. :func:`clearest_per_label`) limits the good pool
+    to those samples; the bad pool may take any.
     """
     n_labels = _check_count("n_labels", n_labels, 1)
     s = _check_count("s", s, 0)
     labels = _int_vector("synth_labels", synth_labels, n_labels)
     near = _float_vector("h_near", h_near, labels.shape[0])
     far = None if h_far is None else _float_vector("h_far", h_far, labels.shape[0])
+    if eligible is None:
+        eligible = np.ones(labels.shape[0], dtype=bool)
+    eligible = np.asarray(eligible, dtype=bool)
+    if eligible.shape != labels.shape:
+        raise ValueError(f"eligible must have shape {labels.shape}, got {eligible.shape}")
     pools: dict[int, PoolIndices] = {}
     for label in range(n_labels):
         rows = np.flatnonzero(labels == label)
+        order_good = _ranked(rows[eligible[rows]], near)
         if far is None:
-            good = _ranked(rows, near)[:s].astype(np.int64)
-            pools[label] = PoolIndices(good=good, bad=np.zeros(0, dtype=np.int64))
+            pools[label] = PoolIndices(good=order_good[:s].astype(np.int64), bad=np.zeros(0, dtype=np.int64))
         else:
-            pools[label] = _draft(_ranked(rows, near), _ranked(rows, far), s)
+            pools[label] = _draft(order_good, _ranked(rows, far), s)
     return pools
 
 
