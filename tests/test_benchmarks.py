@@ -332,6 +332,38 @@ def test_a_replayed_vote_is_matched_to_its_samples_by_id(tmp_path: Path) -> None
         round_stats.voted_samples(tmp_path, tables, 0)
 
 
+def test_the_replayed_pools_are_the_examples_the_prompts_showed_under_the_pool_filter(tmp_path: Path) -> None:
+    """round_stats replays a run's pools from its votes file; under --pool-label-filter it must set
+    aside what the run set aside, or the copy figures measure examples no prompt showed."""
+    import re
+
+    import round_stats
+
+    from tests.fakes import HashEmbedderForTests
+    from tests.test_levers import WrongLabelEngineForUnitTests, run
+    from wasp_vllm.tasks import get_task
+
+    engines: dict[str, WrongLabelEngineForUnitTests] = {}
+
+    def factory(name: str, _cfg: object) -> WrongLabelEngineForUnitTests:
+        return engines.setdefault(name, WrongLabelEngineForUnitTests(name))
+
+    cfg, manifest, _ = run(tmp_path, factory, label_check="off", pool_label_filter=0.5)
+    prompts = [p for engine in engines.values() for p in engine.prompts]
+    shown = {text for p in prompts for text in re.findall(r'review is: "([^"]*)"', p)}
+    task, out = get_task("drugs"), tmp_path / "out"
+    tables = round_stats._round_tables(out)
+
+    def replayed(eligible_of: Callable | None) -> set[str]:
+        pools = round_stats.pools_per_round(out, tables, list(task.labels), cfg.s, eligible_of)
+        return {text for by_label in pools.values() for good, _ in by_label.values() for text in good}
+
+    assert len(shown) > 6
+    assert replayed(round_stats._pool_filter(task, manifest["config"], HashEmbedderForTests())) == shown
+    assert replayed(None) != shown  # a replay that ignores the filter shows other examples
+    assert round_stats._pool_filter(task, {"pool_label_filter": 0.0}, HashEmbedderForTests()) is None
+
+
 def _run_folder(root: Path, task: str, near: list[float], plms: list[str]) -> None:
     """A finished two-round WASP run as plm_weight_noise reads it: rounds, one vote, a manifest."""
     import pyarrow as pa
