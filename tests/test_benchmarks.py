@@ -605,3 +605,28 @@ def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, mo
     assert json.loads(stem.with_suffix(".json").read_text()) == caught_up
     assert not list(tmp_path.glob("grid-partial*"))  # the out-of-date partial tables are gone
     assert quality_tasks.ResultsWriter(tmp_path / "new").write(short) == tmp_path / "new"
+
+
+def test_example_fidelity_bins_the_leads_and_replays_the_filter(tmp_path: Path) -> None:
+    import example_fidelity
+
+    from tests.fakes import HashEmbedderForTests
+    from tests.test_levers import LABELS, WrongLabelEngineForUnitTests, run
+    from wasp_vllm.tasks import get_task
+
+    bins = example_fidelity.lead_bins(np.array([-0.01, 0.01, 0.03, 0.03, 0.2]),
+                                      np.array([False, False, True, False, True]))  # fmt: skip
+    assert [b["n"] for b in bins] == [1, 1, 2, 0, 1]
+    assert [b["agreement"] for b in bins] == [0.0, 0.0, 0.5, None, 1.0]
+
+    class WordJudgeForTests:  # the reference classifier's stand-in: the label word a sample starts with
+        embedder = HashEmbedderForTests()
+
+        def predict(self, task_name: str, texts: list[str]) -> np.ndarray:
+            return np.array([LABELS.index(text.split()[0]) for text in texts])
+
+    run(tmp_path, WrongLabelEngineForUnitTests, label_check="off")
+    found = example_fidelity.one_run(tmp_path / "out", get_task("drugs"), WordJudgeForTests())
+    assert len(found["leads"]) == len(found["agrees"]) == 90 and len(found["round0"]) == 30
+    agreement = {share: np.mean(verdicts) for share, verdicts in found["examples"].items()}
+    assert agreement["0.5"] == 1.0 > agreement["0.0"]  # the filter keeps the off-label half out
