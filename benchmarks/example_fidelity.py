@@ -19,9 +19,7 @@ files, fine in a benchmark on public data sets, never published) and measures, p
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -148,20 +146,12 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--work", type=Path, required=True, help="a benchmark's work folder (TASK/METHOD_sSEED)")
+    p = report.work_parser(__doc__, "example_fidelity")
     p.add_argument("--method", default="wasp-gate-off", help="the runs' folder name (default wasp-gate-off)")
     p.add_argument("--tasks", default="rotten_tomatoes,tweets,trec,drugs", help="comma list of tasks")
-    p.add_argument("--out", type=Path, default=report.RESULTS)
-    p.add_argument("--name", default="example_fidelity")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if not args.work.is_dir():
-        p.error(f"--work {args.work}: no such folder")
+    args, payload = report.start_on_work(__file__, p, argv)
     from harness import CachedEmbedder
 
-    settings = {**vars(args), "work": str(args.work), "out": str(args.out)}
-    payload = report.start(__file__, sys.argv[1:] if argv is None else argv, settings)
     judge = ReferenceJudge(CachedEmbedder.on_disk())
     payload["tasks"] = per_task(args.work, args.method, args.tasks.split(","), judge)
     if not payload["tasks"]:

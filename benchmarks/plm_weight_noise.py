@@ -25,9 +25,7 @@ those runs take the same weight path whatever the task: the table shows it side 
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -161,18 +159,10 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--work", type=Path, required=True, help="a benchmark's work folder (TASK/METHOD_sSEED)")
+    p = report.work_parser(__doc__, "plm_weight_noise")
     p.add_argument("--methods", default="wasp", help="comma list of the runs' method names (default wasp)")
     p.add_argument("--n", type=int, default=None, help="only runs of this N (default: all)")
-    p.add_argument("--out", type=Path, default=report.RESULTS)
-    p.add_argument("--name", default="plm_weight_noise")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if not args.work.is_dir():
-        p.error(f"--work {args.work}: no such folder")
-    settings = {**vars(args), "work": str(args.work), "out": str(args.out)}
-    payload = report.start(__file__, sys.argv[1:] if argv is None else argv, settings)
+    args, payload = report.start_on_work(__file__, p, argv)
     payload["runs"] = collect(args.work, args.methods.split(","), args.n)
     if not payload["runs"]:
         p.error(f"no finished runs of {args.methods} under {args.work}")

@@ -3,6 +3,7 @@ command that reproduces them, JSON and PNG files, and a record of the machine th
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -10,6 +11,7 @@ import os
 import platform
 import shlex
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,6 +89,28 @@ def start(script: str, argv: Sequence[str], settings: dict[str, Any]) -> dict[st
     """A new payload: command, machine and settings; :func:`finish` adds the wall time."""
     return {"command": command(script, argv), "machine": machine(), "settings": settings,
             "_t0": time.perf_counter()}  # fmt: skip
+
+
+def work_parser(doc: str, name: str) -> argparse.ArgumentParser:
+    """The arguments of a script that reads a benchmark's finished runs: ``--work``, ``--out``, ``--name``."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--work", type=Path, required=True, help="a benchmark's work folder (TASK/METHOD_sSEED)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--name", default=name)
+    return p
+
+
+def start_on_work(
+    script: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> tuple[Any, dict[str, Any]]:
+    """Parse a :func:`work_parser` script's arguments (a missing ``--work`` is an error), set up
+    logging, and start its payload."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not args.work.is_dir():
+        parser.error(f"--work {args.work}: no such folder")
+    settings = {**vars(args), "work": str(args.work), "out": str(args.out)}
+    return args, start(script, sys.argv[1:] if argv is None else argv, settings)
 
 
 def finish(payload: dict[str, Any]) -> dict[str, Any]:
