@@ -50,8 +50,9 @@ def lead_bins(leads: np.ndarray, agrees: np.ndarray) -> list[dict[str, Any]]:
     return out
 
 
-def one_run(run_dir: Path, task: Any, judge: ReferenceJudge) -> dict[str, Any]:
-    """Leads and verdicts of a run's samples, and its replayed examples' agreement per filter share."""
+def one_run(run_dir: Path, task: Any, judge: Any) -> dict[str, Any]:
+    """Leads and verdicts of a run's samples, and its replayed examples' agreement per filter share
+    (``judge``: a ``ReferenceJudge``, or anything with its ``embedder`` and ``predict``)."""
     from wasp_vllm.pipeline.label_check import LabelCheck
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
