@@ -60,9 +60,12 @@ def one_run(run_dir: Path, task: Any, judge: Any) -> dict[str, Any]:
     labels = list(task.labels)
     reader = LabelCheck(task, judge.embedder)
     leads, agrees, first_round = [], [], []
+    predicted: dict[str, int] = {}  # the classifier's label of every sample: the pools are samples
     for t, table in enumerate(tables):
         texts, lab = table.column("text").to_pylist(), table.column("label").to_pylist()
-        verdict = judge.predict(task.name, texts) == np.array([labels.index(x) for x in lab])
+        guesses = judge.predict(task.name, texts)
+        predicted.update(zip(texts, guesses.tolist(), strict=True))
+        verdict = guesses == np.array([labels.index(x) for x in lab])
         leads.append(reader.leads(np.asarray(judge.embedder.encode(texts)), lab))
         agrees.append(verdict)
         if t == 0:
@@ -71,12 +74,12 @@ def one_run(run_dir: Path, task: Any, judge: Any) -> dict[str, Any]:
     for share in SHARES:
         eligible_of = _pool_filter(task, {"pool_label_filter": share}, judge.embedder)
         pools = pools_per_round(run_dir, tables, labels, int(manifest["config"]["s"]), eligible_of)
-        verdicts = []
-        for by_label in pools.values():
-            for label, (good, _) in by_label.items():
-                if good:
-                    verdicts += (judge.predict(task.name, good) == labels.index(label)).tolist()
-        examples[str(share)] = verdicts
+        examples[str(share)] = [
+            predicted[text] == labels.index(label)
+            for by_label in pools.values()
+            for label, (good, _) in by_label.items()
+            for text in good
+        ]
     return {"leads": np.concatenate(leads).tolist(), "agrees": np.concatenate(agrees).tolist(),
             "round0": first_round, "examples": examples}  # fmt: skip
 
