@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import report
-from round_stats import ReferenceJudge, _pool_filter, _round_tables, pools_per_round
+from round_stats import ReferenceJudge, pool_label_filter_of, pools_per_round, round_tables
 
 #: Upper edges of the lead bins (the last is open).
 LEAD_EDGES = (0.0, 0.02, 0.05, 0.1)
@@ -56,7 +56,7 @@ def one_run(run_dir: Path, task: Any, judge: Any) -> dict[str, Any]:
     from wasp_vllm.pipeline.label_check import LabelCheck
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    tables = _round_tables(run_dir)
+    tables = round_tables(run_dir)
     labels = list(task.labels)
     reader = LabelCheck(task, judge.embedder)
     leads, agrees, first_round = [], [], []
@@ -72,7 +72,7 @@ def one_run(run_dir: Path, task: Any, judge: Any) -> dict[str, Any]:
             first_round = verdict.tolist()
     examples = {}
     for share in SHARES:
-        eligible_of = _pool_filter(task, {"pool_label_filter": share}, judge.embedder)
+        eligible_of = pool_label_filter_of(task, {"pool_label_filter": share}, judge.embedder)
         pools = pools_per_round(run_dir, tables, labels, int(manifest["config"]["s"]), eligible_of)
         examples[str(share)] = [
             predicted[text] == labels.index(label)

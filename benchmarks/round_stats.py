@@ -52,7 +52,8 @@ def overlap(text: str, pool: set[tuple[str, ...]]) -> float | None:
     return len(grams & pool) / len(grams) if grams else None
 
 
-def _round_tables(run_dir: Path) -> list[Any]:
+def round_tables(run_dir: Path) -> list[Any]:
+    """Each round's samples with their votes, in round order (the run's private round files)."""
     import pyarrow.parquet as pq
 
     return [pq.read_table(p) for p in sorted((run_dir / "private" / "rounds").glob("round-*.parquet"))]
@@ -115,7 +116,7 @@ def pools_per_round(
     return pools
 
 
-def _pool_filter(task: Any, config: dict[str, Any], embedder: Any) -> Callable | None:
+def pool_label_filter_of(task: Any, config: dict[str, Any], embedder: Any) -> Callable | None:
     """The run's ``--pool-label-filter`` as ``pools_per_round`` replays it (None where it is off)."""
     from wasp_vllm.pipeline.label_check import LabelCheck
     from wasp_vllm.pipeline.selection import clearest_per_label
@@ -162,11 +163,11 @@ def round_stats(run_dir: Path, manifest: dict[str, Any], judge: ReferenceJudge) 
     from wasp_vllm.tasks import get_task
 
     task = get_task(manifest["task"])
-    tables = _round_tables(run_dir)
+    tables = round_tables(run_dir)
     if not tables:
         return []
     pools = pools_per_round(run_dir, tables, list(task.labels), int(manifest["config"]["s"]),
-                            _pool_filter(task, manifest["config"], judge.embedder))  # fmt: skip
+                            pool_label_filter_of(task, manifest["config"], judge.embedder))  # fmt: skip
     records = {r["round"]: r for r in manifest["rounds"]}
     out = []
     for t, table in enumerate(tables):

@@ -352,16 +352,17 @@ def test_the_replayed_pools_are_the_examples_the_prompts_showed_under_the_pool_f
     prompts = [p for engine in engines.values() for p in engine.prompts]
     shown = {text for p in prompts for text in re.findall(r'review is: "([^"]*)"', p)}
     task, out = get_task("drugs"), tmp_path / "out"
-    tables = round_stats._round_tables(out)
+    tables = round_stats.round_tables(out)
 
     def replayed(eligible_of: Callable | None) -> set[str]:
         pools = round_stats.pools_per_round(out, tables, list(task.labels), cfg.s, eligible_of)
         return {text for by_label in pools.values() for good, _ in by_label.values() for text in good}
 
+    embedder = HashEmbedderForTests()
     assert len(shown) > 6
-    assert replayed(round_stats._pool_filter(task, manifest["config"], HashEmbedderForTests())) == shown
+    assert replayed(round_stats.pool_label_filter_of(task, manifest["config"], embedder)) == shown
     assert replayed(None) != shown  # a replay that ignores the filter shows other examples
-    assert round_stats._pool_filter(task, {"pool_label_filter": 0.0}, HashEmbedderForTests()) is None
+    assert round_stats.pool_label_filter_of(task, {"pool_label_filter": 0.0}, embedder) is None
 
 
 def _run_folder(root: Path, task: str, near: list[float], plms: list[str]) -> None:
