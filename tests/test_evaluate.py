@@ -181,6 +181,7 @@ def test_logreg_reaches_high_accuracy_on_separable_data(clusters):
     assert report.train_label_counts == {"a": 60, "b": 60, "c": 60}
     assert (report.n_train, report.n_test, report.embedder) == (180, 180, "lookup-double")
     assert not report.degenerate and report.missing_train_labels == []
+    assert report.even_mix_macro_f1 == pytest.approx(report.macro_f1)  # the test mix is even already
     json.dumps(report.to_dict())  # JSON-serialisable
 
 
@@ -251,6 +252,18 @@ def test_single_class_training_set_gives_a_flagged_constant_predictor(clusters):
     assert report.missing_train_labels == ["b", "c"]
     assert report.per_label_f1["b"] == 0.0
     assert embedder.calls == calls  # nothing to embed for a constant
+
+
+def test_the_even_mix_score_gives_a_majority_guess_no_credit_for_an_uneven_test_split(clusters):
+    tr_texts, _, te_texts, te_y, embedder = clusters
+    uneven = np.concatenate([np.flatnonzero(te_y == 0)[:45], np.flatnonzero(te_y == 1)[:5]])
+    test = LabelledTexts([te_texts[i] for i in uneven], te_y[uneven])
+    report = train_and_score(
+        LabelledTexts(tr_texts[:5], np.zeros(5, dtype=int)), test, NAMES3, LogRegClassifier(embedder)
+    )
+    # always "a": F1(a) = 2 * 0.9 / 1.9 on the split as it is; on an even mix a's precision is 1/2
+    assert report.macro_f1 == pytest.approx((2 * 0.9 / 1.9 + 0) / 2)
+    assert report.even_mix_macro_f1 == pytest.approx((2 * 0.5 / 1.5 + 0) / 2)
 
 
 def test_train_and_score_error_cases(clusters):

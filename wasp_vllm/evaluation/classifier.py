@@ -66,6 +66,9 @@ class EvalReport:
     default), so a label the model never predicts but the test set holds counts as F1 = 0.
     ``per_label_f1`` is None for a label that is neither in the test set nor predicted.
     ``degenerate`` marks the constant predictor used for a single-class training set.
+    ``even_mix_macro_f1`` is the macro-F1 the same predictions give when every test sample is
+    weighted by one over its label's count: the score on a test set holding each label equally
+    often, so that a training set whose label mix matches an uneven test split gains nothing.
     """
 
     model: str
@@ -81,6 +84,7 @@ class EvalReport:
     embedder: str | None = None
     seed: int = 0
     notes: list[str] = field(default_factory=list)
+    even_mix_macro_f1: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict (floats, ints, strings, lists, None)."""
@@ -261,6 +265,7 @@ def train_and_score(
         model=chosen.name,
         accuracy=float(accuracy_score(test_y, pred)),
         macro_f1=float(f1_score(test_y, pred, average="macro", zero_division=0)),
+        even_mix_macro_f1=_even_mix_macro_f1(test_y, pred),
         per_label_f1=_per_label_f1(test_y, pred, label_names),
         train_label_counts=train_counts,
         test_label_counts=_counts(test_y, label_names),
@@ -272,6 +277,12 @@ def train_and_score(
         seed=seed,
         notes=notes,
     )
+
+
+def _even_mix_macro_f1(test_y: np.ndarray, pred: np.ndarray) -> float:
+    counts = np.bincount(test_y)
+    weights = 1.0 / counts[test_y]  # each label's samples weigh 1 in all
+    return float(f1_score(test_y, pred, average="macro", sample_weight=weights, zero_division=0))
 
 
 def _checked_labels(

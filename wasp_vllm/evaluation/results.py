@@ -78,6 +78,10 @@ class _Scored:
     def macro_f1(self) -> float:
         return self.classifier.macro_f1
 
+    @property
+    def even_mix_macro_f1(self) -> float | None:
+        return self.classifier.even_mix_macro_f1
+
 
 @dataclass(frozen=True)
 class SyntheticScores(_Scored):
