@@ -402,6 +402,7 @@ def test_evaluate_synthetic_end_to_end(imdb_files):
     assert result["label_balance"] == {"positive": 30, "negative": 30}
     assert result["per_round_counts"] == {"0": 20, "1": 20, "2": 20}
     assert result["accuracy"] > 0.95
+    assert scores.published()["even_mix_macro_f1"] == scores.classifier.even_mix_macro_f1 > 0.95
     operator = result["operator_only"]  # FID against raw private records: never published
     assert "NEVER to be published" in operator["note"]
     assert operator["fid"] is not None and operator["fid"] >= 0
@@ -437,6 +438,7 @@ def test_evaluate_private_only_baseline(imdb_files):
     json.dumps(result)
     assert result["kind"] == "only_private" and result["differentially_private"] is False
     assert result["n_private"] == 24 and result["accuracy"] > 0.95
+    assert result["even_mix_macro_f1"] == result["classifier"]["even_mix_macro_f1"] > 0.95
 
 
 # ----- plots --------------------------------------------------------------------------------------

@@ -112,7 +112,8 @@ class SyntheticScores(_Scored):
                      "model": self.model, "embedder": self.embedder,
                      "reused_stored_embeddings": self.reused_stored_embeddings, "seed": self.seed,
                      **vars(self.counts), "accuracy": self.accuracy, "macro_f1": self.macro_f1,
-                     "classifier": self.classifier.to_dict(), "fid_method": self.fid_method}  # fmt: skip
+                     "even_mix_macro_f1": self.even_mix_macro_f1, "classifier": self.classifier.to_dict(),
+                     "fid_method": self.fid_method}  # fmt: skip
         if self.operator is not None:
             out[OPERATOR_ONLY] = self.operator.to_json()
         if self.label_agreement is not None:
@@ -141,4 +142,5 @@ class PrivateOnlyScores(_Scored):
         return {"kind": "only_private", "differentially_private": False, "note": OPERATOR_NOTE,
                 "task": self.task, "model": self.model, "embedder": self.embedder, "seed": self.seed,
                 "n_private": self.n_private, "label_balance": self.label_balance, "accuracy": self.accuracy,
-                "macro_f1": self.macro_f1, "classifier": self.classifier.to_dict()}  # fmt: skip
+                "macro_f1": self.macro_f1, "even_mix_macro_f1": self.even_mix_macro_f1,
+                "classifier": self.classifier.to_dict()}  # fmt: skip
