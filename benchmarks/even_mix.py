@@ -7,7 +7,7 @@ This scores a quality grid's finished runs again, as the grid did (``harness.eva
 same split, the same records for OnlyPrivate), and reads both macro-F1 on the split as it is and
 ``even_mix_macro_f1`` (each test sample weighted by one over its label's count: the expected score
 on an even mix), per task, averaged over tasks and paired by seed as the grid pairs its methods.
-Scoring only: nothing is generated (about two seconds a run with the grid's embedding cache).
+Scoring only: nothing is generated (a few seconds a run with the grid's embedding cache: 16 runs in 65 s).
 
     python benchmarks/even_mix.py --results benchmarks/results/quality_tasks.json
 """
@@ -21,12 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import report
-from seed_stats import fmt, fmt_diff, paired_diff
-from tasks_report import averaged, by_seed
+from seed_stats import fmt, fmt_diff
+from tasks_report import averaged, paired_all, per_task
 
 METRICS = ("macro_f1", "even_mix_macro_f1")
-TITLES = {"macro_f1": "macro-F1 on the split's own label mix", "even_mix_macro_f1": "macro-F1 on an even mix"}
-log = logging.getLogger("even_mix")
 
 
 def rescore(record: dict[str, Any], split: str, m: int, embedder: Any) -> dict[str, Any]:
@@ -48,33 +46,6 @@ def rescore(record: dict[str, Any], split: str, m: int, embedder: Any) -> dict[s
             "macro_f1": scores.macro_f1, "even_mix_macro_f1": scores.even_mix_macro_f1,
             "recorded_macro_f1": record["macro_f1"],
             "test_label_counts": scores.classifier.test_label_counts}  # fmt: skip
-
-
-def per_task(scored: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, list]]]:
-    out: dict[str, dict[str, dict[str, list]]] = {}
-    for r in sorted(scored, key=lambda r: r["seed"]):
-        entry = out.setdefault(r["task"], {}).setdefault(r["method"], {"seeds": []})
-        entry["seeds"].append(r["seed"])
-        for metric in METRICS:
-            entry.setdefault(metric, []).append(r[metric])
-    return out
-
-
-def paired(tasks: dict, average: dict, pairs: list[tuple[str, str]]) -> dict[str, dict[str, dict]]:
-    """``{task or "average": {"a − b": {metric: paired difference}}}``."""
-    out: dict[str, dict[str, dict]] = {}
-    for where, table in [*tasks.items(), ("average", average)]:
-        for a, b in pairs:
-            if a in table and b in table:
-                diffs = {k: paired_diff(by_seed(table[a], k), by_seed(table[b], k)) for k in METRICS}
-                out.setdefault(where, {})[f"{a} − {b}"] = diffs
-    return out
-
-
-def grid_pairs(grid: dict[str, Any], methods: list[str]) -> list[tuple[str, str]]:
-    """The grid's own pairs (``versus``) among ``methods``, WASP against each baseline first."""
-    pairs = [tuple(m["versus"]) for m in grid["methods"] if m["versus"][0] != m["versus"][1]]
-    return [(a, b) for a, b in pairs if a in methods and b in methods]
 
 
 def tables(payload: dict[str, Any]) -> list[report.Table]:
@@ -103,7 +74,7 @@ def _both(entry: dict[str, list] | None) -> str:
 
 
 def _both_diff(diffs: dict[str, Any] | None) -> str:
-    return "-" if diffs is None else " \\| ".join(fmt_diff(diffs[k]) for k in METRICS)
+    return "-" if diffs is None else " \\| ".join(fmt_diff(diffs.get(k)) for k in METRICS)
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
@@ -159,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     payload["runs"] = scored
     payload["largest_rescoring_change"] = max(abs(r["macro_f1"] - r["recorded_macro_f1"]) for r in scored)
     payload["test_label_counts"] = {r["task"]: r["test_label_counts"] for r in scored}
-    payload["tasks"] = per_task(scored)
+    payload["tasks"] = per_task(scored, METRICS)
     payload["average"] = averaged(payload["tasks"], list(payload["tasks"]), methods, METRICS)
-    payload["paired"] = paired(payload["tasks"], payload["average"], grid_pairs(grid, methods))
+    payload["paired"] = paired_all(payload["tasks"], payload["average"], grid["methods"], METRICS)
     payload["notes"] = [
         f"Scored again from {args.results} (split {settings['split']}); the largest change of "
         f"a run's macro-F1 against its recorded figure: {payload['largest_rescoring_change']:.4f}."

@@ -16,13 +16,15 @@ from seed_stats import METRICS, fmt, fmt_diff, mean_std, paired_diff
 TITLES = {"macro_f1": "macro-F1", "accuracy": "accuracy", "label_agreement": "label agreement", "fid": "FID"}
 
 
-def per_task(runs: list[dict]) -> dict[str, dict[str, dict[str, list]]]:
+def per_task(
+    runs: list[dict], metrics: tuple[str, ...] = (*METRICS, "gen_s")
+) -> dict[str, dict[str, dict[str, list]]]:
     """``{task: {method: {"seeds": [...], metric: [one value per seed], ...}}}`` of finished runs."""
     out: dict[str, dict[str, dict[str, list]]] = {}
     for r in sorted((r for r in runs if "error" not in r), key=lambda r: r["seed"]):
         entry = out.setdefault(r["task"], {}).setdefault(r["method"], {"seeds": []})
         entry["seeds"].append(r["seed"])
-        for metric in (*METRICS, "gen_s"):
+        for metric in metrics:
             entry.setdefault(metric, []).append(r.get(metric))
     return out
 
@@ -49,7 +51,9 @@ def averaged(
     return out
 
 
-def paired_all(tasks: dict, average: dict, methods: list[dict]) -> dict[str, dict[str, dict]]:
+def paired_all(
+    tasks: dict, average: dict, methods: list[dict], metrics: tuple[str, ...] = METRICS
+) -> dict[str, dict[str, dict]]:
     """``{task or "average": {"a − b": {metric: paired difference}}}`` for each method's pair."""
     out: dict[str, dict[str, dict]] = {}
     for where, table in [*tasks.items(), ("average", average)]:
@@ -57,7 +61,7 @@ def paired_all(tasks: dict, average: dict, methods: list[dict]) -> dict[str, dic
             a, b = m["versus"]
             if a == b or a not in table or b not in table:
                 continue
-            diffs = {k: paired_diff(by_seed(table[a], k), by_seed(table[b], k)) for k in METRICS}
+            diffs = {k: paired_diff(by_seed(table[a], k), by_seed(table[b], k)) for k in metrics}
             out.setdefault(where, {})[f"{a} − {b}"] = {k: v for k, v in diffs.items() if v is not None}
     return out
 
