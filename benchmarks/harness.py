@@ -49,7 +49,8 @@ EMBEDDER = "all-MiniLM-L6-v2"
 # tokens/s of transformers (see quality.py), and start-up is paid once per PLM per benchmark.
 AUTO_ENGINE = "vllm"
 
-#: The baselines run as published: an even split of the labels (our label prior is WASP's lever).
+#: The baselines run as published: an even split of the labels (WASP's default too; its private
+#: label prior is a lever).
 AS_PUBLISHED = {"label_prior": "uniform"}
 #: WASP's levers, each flipped against its defaults (compared as lever − WASP): name, label, overrides.
 LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -57,7 +58,10 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     # The gate was on by default until 2026-11-28: the grids made before then compare these two.
     ("wasp-gate-off", "WASP, quality gate off", {"quality_gate": False}),
     ("wasp-gate-on", "WASP, quality gate on", {"quality_gate": True}),
+    # The private label prior was the default until 2026-11-29: the grids made before then compare
+    # WASP with wasp-uniform-prior (now WASP's own configuration, so its runs stand in for WASP's).
     ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
+    ("wasp-private-prior", "WASP, private label prior", {"label_prior": "private"}),
     ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
     ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),
     ("wasp-label-check-m03", "WASP, label check with margin 0.03", {"label_check_margin": 0.03}),

@@ -72,6 +72,7 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
     both = list(PLMS)
     wasp = {"strategy": "wasp", "plms": both}
     fewshot = {**wasp, "strategy": "wasp-no-contrast"}  # = today's WASP, under the key its records have
+    fewshot_private = {**fewshot, "label_prior": "private"}  # the default until 2026-11-29
     rows: list[tuple[str, str, str, dict[str, Any], tuple[str, str] | None]] = [
         ("only-private", "OnlyPrivate (no DP)", "baseline", {}, None),
         ("fusegen", "FuseGen (zero-shot, 2 PLMs)", "baseline", {"strategy": "fusegen", "plms": both}, None),
@@ -94,9 +95,9 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
         ("wasp-fewshot-uniform", "WASP, few-shot prompts, uniform label split", "lever",
          {**fewshot, "label_prior": "uniform"}, ("wasp-fewshot-uniform", "wasp-fewshot")),
         ("wasp-fewshot-smooth", "WASP, few-shot prompts, label prior half-way to even", "lever",
-         {**fewshot, "label_prior_smoothing": 0.5}, ("wasp-fewshot-smooth", "wasp-fewshot")),
+         {**fewshot_private, "label_prior_smoothing": 0.5}, ("wasp-fewshot-smooth", "wasp-fewshot")),
         ("wasp-fewshot-floor", "WASP, few-shot prompts, each label at least half an even share", "lever",
-         {**fewshot, "label_prior_floor": 0.5}, ("wasp-fewshot-floor", "wasp-fewshot")),
+         {**fewshot_private, "label_prior_floor": 0.5}, ("wasp-fewshot-floor", "wasp-fewshot")),
         ("wasp-no-weighting", "WASP, no PLM weighting", "lever",
          {**wasp, "strategy": "wasp-no-weighting"}, None),
         *((key, label, "lever", {**wasp, **change}, None) for key, label, change in LEVERS),

@@ -36,7 +36,7 @@ def test_a_data_frame_in_a_data_frame_out(tmp_path):
     )
     df = result.to_pandas()
     assert len(df) == 36 and set(df["label"]) == set(LABELS) and "embedding" not in df
-    assert result.privacy.compositions == 3 and result.manifest.output.rows == 36  # 2 votes, 1 prior
+    assert result.privacy.compositions == 2 and result.manifest.output.rows == 36  # 2 votes
     assert result.manifest.config["private"] == "<in-memory>"  # no path, no record of the data
     assert [p.name for p in result.shareable] == ["synthetic.parquet", "manifest.json", "README.md"]
     assert result.to_pandas(embeddings=True)["embedding"].map(len).eq(64).all()

@@ -65,11 +65,14 @@ def no_readers(monkeypatch):
 
 def test_the_dry_run_plans_without_the_private_file(tmp_path, monkeypatch, no_readers):
     monkeypatch.chdir(tmp_path)
-    argv = ["generate", *DEMO, "--private", "nowhere/private.csv", "--out", "out", "--dry-run"]
+    prior = ["--label-prior", "private"]  # so the plan shows a second release
+    argv = ["generate", *DEMO, *prior, "--private", "nowhere/private.csv", "--out", "out", "--dry-run"]
     result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    cfg = RunConfig(plms=["smollm2", "gemma3"], private="nowhere/private.csv", max_new_tokens=64)
+    cfg = RunConfig(
+        plms=["smollm2", "gemma3"], private="nowhere/private.csv", max_new_tokens=64, label_prior="private"
+    )
     plan = privacy_plan(cfg)
     assert f"{plan.sigma:.3f}" in text and f"{plan.prior_sigma:.3f}" in text  # every release's sigma
     assert "epsilon 4.000 by the exact accountant" in text

@@ -90,7 +90,7 @@ def _check_run(
     assert set(table.column("plm").to_pylist()) <= plms
     assert later in set(table.column("prompt_kind").to_pylist())
     assert set(manifest["tokens_per_s"]) == plms and min(manifest["tokens_per_s"].values()) > 0
-    prior = manifest["config"]["label_prior"] == "private"  # the default, except with parties
+    prior = manifest["config"]["label_prior"] == "private"  # asked for (the default splits evenly)
     assert manifest["privacy"]["ledger"]["compositions"] == 2 + prior  # two votes (and the prior)
 
 

@@ -286,14 +286,13 @@ def test_the_exact_accountant_composes_prior_and_votes(tmp_path):
 @pytest.mark.parametrize(
     ("settings", "prior"),
     [
-        ({}, "private"),  # WASP reads the records to vote anyway: its default pays for the prior
-        ({"strategy": "fusegen", "plms": ["a", "b"]}, "uniform"),  # never reads them: stays so
-        ({"accountant": "paper"}, "uniform"),  # the prior splits the budget in mu^2 (exact only)
+        ({}, "uniform"),  # the paper's even split (README: the private prior failed the lever rule)
+        ({"strategy": "fusegen", "plms": ["a", "b"]}, "uniform"),
         ({"parties": 3}, "uniform"),  # parties' labels are never pooled
-        ({"label_prior": "uniform"}, "uniform"),
+        ({"label_prior": "private"}, "private"),  # paid for only where asked
     ],
 )
-def test_the_automatic_label_prior_is_private_only_where_the_run_reads_the_records(settings, prior):
+def test_the_label_prior_is_even_unless_a_private_one_is_asked_for(settings, prior):
     cfg = RunConfig(**settings)
     assert cfg.label_prior == prior
     assert RunConfig(**cfg.model_dump()).fingerprint() == cfg.fingerprint()  # resume sees the same

@@ -225,7 +225,8 @@ def test_a_possibly_private_reference_keeps_its_label_agreement_with_the_operato
     # The rare label's record. The check needs synthetic samples that the two references label
     # differently: the fake engine's pseudo-text under contrastive prompts has some (under few-shot
     # prompts, by chance, none), and the prompt kind is not what this test is about.
-    run_pair(tmp_path, monkeypatch, records, records[:1] + records[2:], ["--later-prompt", "contrastive"])
+    run_pair(tmp_path, monkeypatch, records, records[:1] + records[2:], ["--later-prompt", "contrastive",
+             "--label-prior", "private"])  # fmt: skip
     figures = []
     for folder in ("d", "d-prime"):
         monkeypatch.chdir(tmp_path / folder)

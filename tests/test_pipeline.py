@@ -77,7 +77,7 @@ def test_run_writes_parquet_and_manifest(tmp_path, private_csv, embedder):
     privacy = manifest["privacy"]
     assert privacy["plan"]["sigma"] > 0 and privacy["plan"]["sensitivity"] > 0
     assert privacy["ledger"]["epsilon_spent_exact"] <= 4.0 + 1e-9
-    assert privacy["ledger"]["compositions"] == 3  # two voting rounds and the label prior
+    assert privacy["ledger"]["compositions"] == 2  # two voting rounds (the labels split evenly)
     assert {r["round"] for r in manifest["rounds"]} == {0, 1, 2}
     assert all(sum(r["quotas"].values()) == 12 for r in manifest["rounds"])
     assert abs(sum(manifest["plms"]["final_weights"]) - 1) < 1e-9

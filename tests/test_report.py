@@ -64,7 +64,7 @@ def sections(html: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
-    return make_run(tmp_path_factory.mktemp("report"))
+    return make_run(tmp_path_factory.mktemp("report"), label_prior="private")  # every release shown
 
 
 def test_the_page_shows_rounds_labels_privacy_and_samples(run):
@@ -75,7 +75,7 @@ def test_the_page_shows_rounds_labels_privacy_and_samples(run):
     manifest = json.loads((out / "manifest.json").read_text())
     assert sections(html) == ["privacy", "rounds", "labels", "rejects", "work", "samples", "sharing"]
     ledger, plan = manifest["privacy"]["ledger"], manifest["privacy"]["plan"]
-    assert plan["prior_sigma"] is not None  # the default run pays for a label prior too
+    assert plan["prior_sigma"] is not None  # this run pays for a label prior too
     for value in (ledger["epsilon_spent"], plan["sigma"], plan["sensitivity"], plan["prior_sigma"]):
         assert f"{value:.4g}" in html
     assert "1e-05" in html and ">exact<" in html  # delta and the accountant

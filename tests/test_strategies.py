@@ -54,7 +54,7 @@ def test_aug_pe_votes_top1_with_one_plm_and_variation_prompts(tmp_path, private_
 def test_ablations_change_prompts_and_weights(tmp_path, private_csv, embedder):
     no_contrast = run(make_cfg(private_csv, strategy="wasp-no-contrast"), tmp_path / "nc", embedder)
     assert kinds_by_round(tmp_path / "nc")[2] == {"few_shot"}
-    assert no_contrast["privacy"]["ledger"]["compositions"] == 3  # two votes and the label prior
+    assert no_contrast["privacy"]["ledger"]["compositions"] == 2  # two votes
     fixed = run(make_cfg(private_csv, strategy="wasp-no-weighting"), tmp_path / "nw", embedder)
     assert all(r["weights_after"] == [0.5, 0.5] for r in fixed["rounds"])
 

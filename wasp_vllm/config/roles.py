@@ -190,11 +190,10 @@ class MethodSettings(Role):
         0.0, "Cosine margin of --label-check: 0 keeps a sample only if its own label's description is "
         "the nearest; larger values keep more.", ge=0, le=2,
     )  # fmt: skip
-    label_prior: Literal["auto", "uniform", "private"] = setting(
-        "auto", "Samples per label: 'uniform', 'private' (proportional to a noisy histogram of the "
-        "private labels, paid with --label-prior-share of epsilon), or 'auto': 'private' when the "
-        "method reads the private records in one place anyway and the accountant is exact, else "
-        "'uniform'.",
+    label_prior: Literal["uniform", "private"] = setting(
+        "uniform", "Samples per label: 'uniform' (an even split, as the paper) or 'private' "
+        "(proportional to a noisy histogram of the private labels, paid with --label-prior-share of "
+        "epsilon; needs the exact accountant and no parties).",
     )  # fmt: skip
     label_prior_smoothing: float = setting(
         0.0, "With a private label prior: how far its shares are pulled towards an even split "

@@ -63,23 +63,6 @@ class RunConfig(
 
     @model_validator(mode="before")
     @classmethod
-    def _resolve_label_prior(cls, data: Any) -> Any:
-        """'auto' becomes 'private' or 'uniform' here, so the manifest and resume see what ran.
-
-        The private prior was chosen on the validation split (benchmarks/results/quality_validation.md:
-        accuracy +0.16 ± 0.07 and label agreement +0.20 ± 0.02 over the uniform split, paired by seed).
-        A method that never reads the private records (FuseGen) keeps it that way."""
-        if not isinstance(data, dict) or data.get("label_prior", "auto") != "auto":
-            return data
-        strategy = data.get("strategy", cls.model_fields["strategy"].default)
-        accountant = data.get("accountant", cls.model_fields["accountant"].default)
-        votes = strategy in STRATEGIES and get_strategy(strategy).votes
-        central = data.get("parties") is None  # parties' labels are never pooled in one place
-        private = votes and central and accountant == "exact"
-        return {**data, "label_prior": "private" if private else "uniform"}
-
-    @model_validator(mode="before")
-    @classmethod
     def _resolve_later_prompt(cls, data: Any) -> Any:
         """'auto' becomes the method's prompt here, so the manifest and resume see what ran."""
         if not isinstance(data, dict):
@@ -123,7 +106,7 @@ class RunConfig(
             # federated guarantee (secure aggregation reveals only noisy sums) rules out.
             raise ValueError(
                 "label_prior=private cannot be used with parties: it would pool the parties' exact "
-                "labels in one place; use label_prior=uniform (or auto) with --parties"
+                "labels in one place; use label_prior=uniform (the default) with --parties"
             )
         shaping = [name for name in ("label_prior_smoothing", "label_prior_floor") if getattr(self, name)]
         if shaping and self.label_prior != "private":
