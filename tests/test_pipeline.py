@@ -7,6 +7,7 @@ Parquet I/O are the real ones. Real engines run in ``test_engines_real.py``.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from pathlib import Path
 
@@ -257,6 +258,14 @@ def test_a_round_s_shortfall_is_made_up_by_the_next_round(tmp_path, private_csv,
     assert rounds[0]["missing"] == 4 and sum(rounds[1]["quotas"].values()) == 12 + 4
     assert rounds[-1]["missing"] == 0
     assert pq.read_table(tmp_path / "out" / "synthetic.parquet").num_rows == 36
+    # the summary after the run: the gap was made up, so the run is not short
+    from wasp_vllm.pipeline.manifest import Manifest
+
+    cli_app = importlib.import_module("wasp_vllm.cli.app")  # the package's `app` is the Typer app
+
+    with cli_app.console.capture() as printed:
+        cli_app._print_summary(Manifest.from_json(manifest), tmp_path / "out")
+    assert "36 samples written" in printed.get() and "short by" not in printed.get()
 
 
 def test_rows_carry_the_run_s_plm_name_whatever_the_engine_calls_itself(tmp_path, private_csv, embedder):

@@ -253,7 +253,8 @@ def _print_summary(manifest: Manifest, out: Path, chatter: Path | None = None) -
         highlight=False,
     )
     print_work(manifest.work, console)
-    missing = sum(r.missing for r in manifest.rounds)
+    # A round's missing samples are asked again in the next: the last round's figure is the run's.
+    missing = manifest.rounds[-1].missing if manifest.rounds else 0
     if missing:
         dropped = ", ".join(manifest.plms.dropped) or "none"
         console.print(
