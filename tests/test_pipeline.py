@@ -7,7 +7,6 @@ Parquet I/O are the real ones. Real engines run in ``test_engines_real.py``.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from pathlib import Path
 
@@ -16,9 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.fakes import WORDS, DiesInRoundForTests, FakeEngineForUnitTests, KilledForTests
+from wasp_vllm.cli.app import _print_summary, console
 from wasp_vllm.config import ConfigError, RunConfig
 from wasp_vllm.engines.base import Completion, GenerationParams
 from wasp_vllm.pipeline import PipelineError, Run, prepare
+from wasp_vllm.pipeline.manifest import Manifest
 from wasp_vllm.pipeline.store import CheckpointError
 from wasp_vllm.strategies import AUTO_LATER_PROMPT
 
@@ -259,12 +260,8 @@ def test_a_round_s_shortfall_is_made_up_by_the_next_round(tmp_path, private_csv,
     assert rounds[-1]["missing"] == 0
     assert pq.read_table(tmp_path / "out" / "synthetic.parquet").num_rows == 36
     # the summary after the run: the gap was made up, so the run is not short
-    from wasp_vllm.pipeline.manifest import Manifest
-
-    cli_app = importlib.import_module("wasp_vllm.cli.app")  # the package's `app` is the Typer app
-
-    with cli_app.console.capture() as printed:
-        cli_app._print_summary(Manifest.from_json(manifest), tmp_path / "out")
+    with console.capture() as printed:
+        _print_summary(Manifest.from_json(manifest), tmp_path / "out")
     assert "36 samples written" in printed.get() and "short by" not in printed.get()
 
 
