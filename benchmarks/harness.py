@@ -330,6 +330,8 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "voted_samples": "all",
         "plm_weighting": "votes",
         "pool_label_filter": 0.0,
+        # the float type each machine computes in (bf16 before, on the CPUs those records ran on)
+        "dtype": "auto",
     }
     return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
 

@@ -64,7 +64,7 @@ def load_average() -> list[float]:
 
 def machine() -> dict[str, Any]:
     """What measured the figures: device, CPU count, versions, load average (at start; at end: finish)."""
-    from wasp_vllm.engines.devices import gpu_available
+    from wasp_vllm.engines.devices import gpu_available, model_dtype
 
     device = f"CPU ({os.cpu_count()} cores, {platform.machine()})"
     if gpu_available():
@@ -76,7 +76,7 @@ def machine() -> dict[str, Any]:
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[pkg] = metadata.version(pkg)
     return {"device": device, "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "versions": versions, "load_start": load_average()}  # fmt: skip
+            "versions": versions, "plm_dtype": model_dtype(), "load_start": load_average()}  # fmt: skip
 
 
 def command(script: str, argv: Sequence[str]) -> str:

@@ -65,9 +65,12 @@ def test_gpu_row(monkeypatch, available, gpus, env, status, words):
     monkeypatch.setattr("wasp_vllm.engines.devices.gpu_available", lambda: available)
     monkeypatch.setattr("wasp_vllm.engines.devices.nvidia_gpus", lambda: gpus)
     monkeypatch.setenv("WASP_VLLM_DEVICE", env)
-    torch_row, gpu = doctor.device_rows()
+    torch_row, gpu, number_type = doctor.device_rows()
     assert torch_row.status == OK and torch_row.component == "torch"
     assert gpu.status == status and words in gpu.detail
+    assert number_type.key == "dtype" and number_type.detail.startswith(
+        "bfloat16: on the GPU" if available else ""
+    )
 
 
 def test_packaged_models_are_checked_without_dequantizing_them(monkeypatch, tmp_path):

@@ -8,7 +8,8 @@ wall-clock timings (``timings_s``, ``tokens_per_s``, each round's ``seconds``), 
 versions and the FAISS build (``search``).  Recorded again deliberately for issue 25: the manifest
 gained ``work`` and ``sampling``, each round ``generated`` and ``kept_tokens``, the settings
 ``license``; nothing else changed (checked before recording).  Recorded again for issue 22: the
-settings gained ``later_prompt`` (one line per manifest; nothing else changed).  Parquet files
+settings gained ``later_prompt`` (one line per manifest; nothing else changed), and ``dtype``
+(the PLMs' number type, 'auto'; one line per manifest, nothing else changed).  Parquet files
 are compared byte for byte when written by the pyarrow version that wrote the golden files (its
 version is in the file), else as tables with their metadata.
 

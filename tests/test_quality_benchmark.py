@@ -112,13 +112,19 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     assert even.returncode == 0, even.stderr[-3000:]
     mixes = json.loads((out / "t_even.json").read_text())
     assert mixes["largest_rescoring_change"] < 1e-9  # the grid's own scoring, repeated
+    assert mixes["reused"] == 0  # the first scoring had nothing to keep
     assert {r["method"] for r in mixes["runs"]} == methods
     assert all(0.0 <= r["even_mix_macro_f1"] <= 1.0 for r in mixes["runs"])
     pair = mixes["paired"]["trec"]["wasp − fusegen"]
     assert set(pair) == {"macro_f1", "even_mix_macro_f1"} and (out / "t_even.png").stat().st_size > 1000
 
     shutil.rmtree(work)  # a fresh clone: only the results JSON is left, and it is enough
-    gone = subprocess.run(even_cmd, env=env, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(even_cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]  # every run was scored before: kept, not scored again
+    kept = json.loads((out / "t_even.json").read_text())
+    assert kept["reused"] == len(kept["runs"]) and kept["runs"] == mixes["runs"]
+    afresh = [*even_cmd[:-1], "t_even_afresh"]  # no earlier scores to keep, and no run folders
+    gone = subprocess.run(afresh, env=env, capture_output=True, text=True, timeout=600)
     assert gone.returncode == 2 and "are not here" in gone.stderr  # nothing to score again
     third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert third.returncode == 0, third.stderr[-3000:]

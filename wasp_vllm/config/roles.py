@@ -236,6 +236,8 @@ class SamplingSettings(Role):
 
 #: Which engine serves a PLM ('auto': vLLM where it can, else transformers).
 EngineKind = Literal["auto", "vllm", "hf", "openai"]
+#: The PLMs' number type ('auto': decided per machine, ``engines.devices.model_dtype``).
+ModelDtype = Literal["auto", "bfloat16", "float16", "float32"]
 
 
 class EngineSettings(Role):
@@ -256,4 +258,8 @@ class EngineSettings(Role):
     )  # fmt: skip
     cpu_kv_cache_gib: int = setting(1, "KV cache of a CPU vLLM engine, in GiB.", ge=1)
     enforce_eager: bool | None = setting(None, "vLLM without CUDA graphs (default: on CPU).")
+    dtype: ModelDtype = setting(
+        "auto", "Number type of the PLMs' weights: 'auto' = bfloat16 on a GPU or a CPU with native bf16, "
+        "float32 on other CPUs (where bf16 is emulated and 4x slower).",
+    )  # fmt: skip
     sleep_mode: bool = setting(False, "GPU: PLMs take turns (vLLM sleep mode) instead of sharing memory.")

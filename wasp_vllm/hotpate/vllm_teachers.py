@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from wasp_vllm.engines.devices import gpu_available
+from wasp_vllm.engines.devices import gpu_available, model_dtype
 from wasp_vllm.engines.options import GPU_SHARE
 from wasp_vllm.hotpate.teachers import encode_prompts, format_prompts, stop_ids
 
@@ -77,9 +77,9 @@ def load_vllm(
     options = EngineOptions(
         kind="vllm", seed=seed, max_model_len=max_model_len, batch_size=1,
         cpu_kv_cache_gib=TEACHER_KV_CACHE_GIB, enforce_eager=None, sleep_mode=False,
-        gpu_memory_utilization=GPU_SHARE,
+        gpu_memory_utilization=GPU_SHARE, dtype=model_dtype(dtype),
     )  # fmt: skip
-    kwargs: dict[str, Any] = llm_arguments(plm, options, dtype) | dict(
+    kwargs: dict[str, Any] = llm_arguments(plm, options) | dict(
         logprobs_mode="processed_logprobs", max_logprobs=max_logprobs
     )
     if os.environ.get("VLLM_BATCH_INVARIANT") != "1":

@@ -81,15 +81,34 @@ def probe_import(module: str) -> tuple[bool, str]:
 
 
 def device_rows() -> list[Row]:
-    """torch (its version and CUDA build) and whether a GPU is usable."""
+    """torch (its version and CUDA build), whether a GPU is usable, and the PLMs' number type."""
     try:
         import torch
     except ImportError:
         fix = "pip install -e '.[cpu]' (CPU) or '.[gpu]' (CUDA)"
-        return [Row("device", "torch", MISSING, f"not installed: {fix}", "torch"), _gpu_row(None)]
+        return [
+            Row("device", "torch", MISSING, f"not installed: {fix}", "torch"),
+            _gpu_row(None),
+            _dtype_row(),
+        ]
     cuda = getattr(torch.version, "cuda", None)
     build = f"CUDA {cuda} build" if cuda else "CPU-only build"
-    return [Row("device", "torch", OK, f"{torch.__version__} ({build})", "torch"), _gpu_row(cuda)]
+    return [
+        Row("device", "torch", OK, f"{torch.__version__} ({build})", "torch"),
+        _gpu_row(cuda),
+        _dtype_row(),
+    ]
+
+
+def _dtype_row() -> Row:
+    chosen = devices.model_dtype()
+    if devices.gpu_available():
+        why = "on the GPU"
+    elif chosen == "bfloat16":
+        why = "this CPU computes bf16 natively"
+    else:
+        why = "this CPU has no native bf16 (it would be emulated, about 4x slower)"
+    return Row("device", "PLM number type", OK, f"{chosen}: {why}; --dtype overrides", key="dtype")
 
 
 def _gpu_row(cuda: str | None) -> Row:

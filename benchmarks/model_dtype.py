@@ -1,0 +1,156 @@
+"""The PLMs' number type on this machine: vLLM in bfloat16 against float32, side by side.
+
+``--dtype auto`` (the default, ``engines.devices.model_dtype``) computes in bfloat16 on a GPU or on
+a CPU with native bf16 (AVX-512 BF16, AMX, Arm BF16) and in float32 on other CPUs, where bf16 is
+emulated.  This measures that choice: per PLM, one ``VLLMEngine`` in each type, both alive in one
+process as a run keeps its engines, the same prompts and per-request seeds, exactly the same number of
+new tokens, the calls alternating (order rotated every repetition) with the prefix cache reset
+before each.  Reported: median tokens/s per type and the paired float32/bfloat16 ratio by wall time
+and by CPU time, with the CPU's flags and what ``auto`` picks here.
+
+    python benchmarks/model_dtype.py [--quick] [--plms smollm2,gemma3] [--out benchmarks/results]
+
+writes ``model_dtype.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_cli  # noqa: E402
+import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
+import report  # noqa: E402
+
+NAME = "model_dtype"
+TITLE = "PLM number type: float32 against bfloat16 on vLLM"
+DTYPES = ("bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class Settings:
+    plms: tuple[str, ...] = ("smollm2", "gemma3")
+    n_prompts: int = 32
+    new_tokens: int = 64
+    reps: int = 4
+
+
+def make_settings(quick: bool) -> Settings:
+    return Settings(plms=("smollm2",), n_prompts=16, new_tokens=32, reps=3) if quick else Settings()
+
+
+def start(plm: str, dtype: str) -> Any:
+    """A ``VLLMEngine`` as a run builds it, in this number type."""
+    from wasp_vllm.config import RunConfig
+    from wasp_vllm.engines import EngineOptions
+    from wasp_vllm.engines.registry import resolve_plm
+    from wasp_vllm.engines.vllm_engine import VLLMEngine
+
+    cfg = RunConfig.model_validate({"plms": [plm], "engine": "vllm", "seed": 0, "dtype": dtype})
+    return VLLMEngine(resolve_plm(plm), EngineOptions.from_config(cfg))
+
+
+def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
+    prompts, _ = gw.bench_prompts(s.n_prompts)
+    seeds = [1_000 + i for i in range(len(prompts))]
+    params = gw.fixed_length_params(s.new_tokens)
+    engines = {dtype: start(plm, dtype) for dtype in DTYPES}
+    try:
+        for engine in engines.values():  # warm-up, not timed
+            engine.generate(prompts[:4], [0, 1, 2, 3], gw.fixed_length_params(8))
+
+        def call(engine: Any) -> Callable[[], int]:
+            def run() -> int:
+                engine._llm.reset_prefix_cache()
+                return sum(c.n_tokens for c in engine.generate(prompts, seeds, params))
+
+            return run
+
+        return gw.interleave({d: call(e) for d, e in engines.items()}, s.reps, plm, sync=False)
+    finally:
+        for engine in engines.values():
+            gw.close_with_timeout(engine)
+
+
+def measure(s: Settings) -> dict[str, Any]:
+    from wasp_vllm.engines.devices import cpu_has_native_bf16, gpu_available, model_dtype
+
+    return {
+        "native_bf16": cpu_has_native_bf16(),
+        "gpu": gpu_available(),
+        "auto_picks": model_dtype("auto"),
+        "runs": {plm: one_plm(plm, s) for plm in s.plms},
+    }
+
+
+def summary(runs: dict[str, list[dict]]) -> dict[str, float]:
+    return {
+        **{f"{d}_tps": report.median([r["tps"] for r in runs[d]]) for d in DTYPES},
+        "wall_ratio": report.median(gw.paired_ratios(runs, "float32", "bfloat16", "tps")),
+        "cpu_ratio": report.median(gw.paired_ratios(runs, "float32", "bfloat16", "tokens_per_cpu_s")),
+    }
+
+
+def table(payload: dict[str, Any]) -> report.Table:
+    s, res = payload["settings"], payload["results"]
+    t = report.Table(
+        "Tokens per second by number type (median over repetitions)",
+        ["PLM", "bfloat16 tok/s", "float32 tok/s", "float32 / bfloat16, wall (paired median)",
+         "float32 / bfloat16, CPU time (paired median)"],
+    )  # fmt: skip
+    for plm, runs in res["runs"].items():
+        v = summary(runs)
+        t.rows.append([plm, v["bfloat16_tps"], v["float32_tps"], round(v["wall_ratio"], 2),
+                       round(v["cpu_ratio"], 2)])  # fmt: skip
+    where = "a GPU" if res["gpu"] else f"a CPU {'with' if res['native_bf16'] else 'without'} native bf16"
+    t.notes += [
+        f"This machine: {where}; `--dtype auto` picks {res['auto_picks']} here.",
+        f"{s['n_prompts']} prompts, exactly {s['new_tokens']} new tokens each, the same seeds in both types; "
+        f"{s['reps']} repetitions, the order alternating; prefix cache reset before every call. Both engines "
+        "live in one process, as a run's engines do.",
+    ]
+    return t
+
+
+def plot(payload: dict[str, Any], path: Path) -> None:
+    plt = report.pyplot()
+    runs = payload["results"]["runs"]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for i, per_type in enumerate(runs.values()):
+        for j, dtype in enumerate(DTYPES):
+            vals = [r["tps"] for r in per_type[dtype]]
+            x = i + (j - 0.5) * 0.38
+            ax.bar(x, report.median(vals), width=0.36, color=("tab:gray", "tab:blue")[j],
+                   label=dtype if i == 0 else None)  # fmt: skip
+            ax.scatter([x] * len(vals), vals, color="k", s=10, zorder=3)
+    ax.set_xticks(range(len(runs)), list(runs))
+    ax.set_ylabel("tokens/s (bars: median; dots: repetitions)")
+    ax.set_title(f"vLLM on {payload['machine'].get('device', 'this machine')}", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = bench_cli.workload_parser(__doc__, NAME)
+    p.add_argument("--plms", help="comma list of PLMs (default: smollm2,gemma3; quick: smollm2)")
+    args = p.parse_args(argv)
+
+    def settings() -> Settings:
+        plms = tuple(args.plms.split(",")) if args.plms else None
+        return bench_cli.override(make_settings(args.quick), plms=plms, n_prompts=args.prompts,
+                                  new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
+
+    payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
+    report.write_all(args.out, NAME, TITLE, payload, [table(payload)], plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The number type the PLMs compute in: bf16 where the machine has it natively, else float32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wasp_vllm.config import EngineSettings
+from wasp_vllm.engines import devices
+from wasp_vllm.engines.options import EngineOptions
+
+AVX2_ONLY = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+ZEN4 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n"
+GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
+
+
+@pytest.mark.parametrize(("cpuinfo", "native"), [(AVX2_ONLY, False), (ZEN4, True), (GRAVITON3, True)])
+def test_native_bf16_is_read_off_the_cpu_flags(tmp_path, cpuinfo, native):
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo)
+    assert devices.cpu_has_native_bf16(path) is native
+
+
+def test_an_unreadable_cpuinfo_counts_as_no_native_bf16(tmp_path):
+    assert devices.cpu_has_native_bf16(tmp_path / "absent") is False
+
+
+@pytest.mark.parametrize(
+    ("gpu", "native", "expected"),
+    [(True, False, "bfloat16"), (False, True, "bfloat16"), (False, False, "float32")],
+)
+def test_auto_is_bf16_only_where_it_is_native(monkeypatch, gpu, native, expected):
+    monkeypatch.setattr(devices, "gpu_available", lambda: gpu)
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native)
+    assert devices.model_dtype("auto") == expected
+    assert devices.model_dtype("float16") == "float16"  # asked for: taken as it is
+    assert devices.model_dtype("auto", device="cpu") == ("bfloat16" if native else "float32")
+
+
+def test_engine_options_carry_the_resolved_type(monkeypatch):
+    from wasp_vllm.engines.registry import ResolvedPLM
+    from wasp_vllm.engines.vllm_engine import llm_arguments
+
+    monkeypatch.setattr(devices, "gpu_available", lambda: False)
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("wasp_vllm.engines.vllm_engine.gpu_available", lambda: False)
+    auto = EngineOptions.from_settings(EngineSettings(), seed=0, plms=2)
+    asked = EngineOptions.from_settings(EngineSettings(dtype="bfloat16"), seed=0, plms=2)
+    assert (auto.dtype, asked.dtype) == ("float32", "bfloat16")
+    plm = ResolvedPLM(name="p", path=Path("/nowhere"), chat=True, seq2seq=False)
+    assert llm_arguments(plm, auto)["dtype"] == "float32"  # what vLLM is started with
