@@ -7,7 +7,10 @@ This scores a quality grid's finished runs again, as the grid did (``harness.eva
 same split, the same records for OnlyPrivate), and reads both macro-F1 on the split as it is and
 ``even_mix_macro_f1`` (each test sample weighted by one over its label's count: the expected score
 on an even mix), per task, averaged over tasks and paired by seed as the grid pairs its methods.
-Scoring only: nothing is generated (a few seconds a run with the grid's embedding cache: 16 runs in 65 s).
+Scoring only: nothing is generated (4 s a run alone with the grid's embedding cache, 20 s on a busy
+machine).  A run already scored in the JSON this is about to rewrite (``--reuse``: the same grid
+record, by task, method, seed and recorded macro-F1) keeps its scores there, so a grid that grew
+by a few runs on a fresh clone needs the run folders of the new runs only.
 
     python benchmarks/even_mix.py --results benchmarks/results/quality_tasks.json
 """
@@ -46,6 +49,18 @@ def rescore(record: dict[str, Any], split: str, m: int, embedder: Any) -> dict[s
             "macro_f1": scores.macro_f1, "even_mix_macro_f1": scores.even_mix_macro_f1,
             "recorded_macro_f1": record["macro_f1"],
             "test_label_counts": scores.classifier.test_label_counts}  # fmt: skip
+
+
+def _record_key(task: str, method: str, seed: int, macro_f1: float) -> tuple[str, str, int, float]:
+    return task, method, seed, macro_f1
+
+
+def earlier_scores(path: Path) -> dict[tuple[str, str, int, float], dict[str, Any]]:
+    """The rows of an earlier even-mix JSON, by the grid record they scored (empty if there is none)."""
+    if not path.is_file():
+        return {}
+    rows = report.read_json(path).get("runs", [])
+    return {_record_key(r["task"], r["method"], r["seed"], r["recorded_macro_f1"]): r for r in rows}
 
 
 def tables(payload: dict[str, Any]) -> list[report.Table]:
@@ -107,16 +122,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", default="", help="comma list of the grid's methods (default: all)")
     p.add_argument("--out", type=Path, default=report.RESULTS)
     p.add_argument("--name", default="even_mix")
+    p.add_argument(
+        "--reuse", type=Path, default=None,
+        help="an earlier even-mix JSON whose rows are kept for the runs it scored (default: OUT/NAME.json)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.results.is_file():
         p.error(f"--results {args.results}: no such file")
+    if args.reuse and not args.reuse.is_file():
+        p.error(f"--reuse {args.reuse}: no such file")
     grid = report.read_json(args.results)
     runs = [r for r in grid["runs"] if "error" not in r]
     methods = [m for m in args.methods.split(",") if m] or list(dict.fromkeys(r["method"] for r in runs))
     if unknown := sorted(set(methods) - {r["method"] for r in runs}):
         p.error(f"--methods: {', '.join(unknown)} has no finished run in {args.results}")
-    missing = [r["run_dir"] for r in runs if r["method"] in methods and r.get("run_dir")
+    runs = [r for r in runs if r["method"] in methods]
+    earlier = earlier_scores(args.reuse or args.out / f"{args.name}.json")
+    kept = [earlier.get(_record_key(r["task"], r["method"], r["seed"], r["macro_f1"])) for r in runs]
+    missing = [r["run_dir"] for r, row in zip(runs, kept, strict=True) if row is None and r.get("run_dir")
                and not (Path(r["run_dir"]) / "synthetic.parquet").is_file()]  # fmt: skip
     if missing:
         p.error(f"{len(missing)} run folders of {args.results} are not here, e.g. {missing[0]}")
@@ -125,9 +149,13 @@ def main(argv: list[str] | None = None) -> int:
 
     embedder = CachedEmbedder.on_disk()
     settings = grid["settings"]
-    scored = [rescore(r, settings["split"], settings["m"], embedder) for r in runs if r["method"] in methods]
+    scored = [
+        row or rescore(r, settings["split"], settings["m"], embedder)
+        for r, row in zip(runs, kept, strict=True)
+    ]
     embedder.flush()
     payload["runs"] = scored
+    payload["reused"] = sum(row is not None for row in kept)
     payload["largest_rescoring_change"] = max(abs(r["macro_f1"] - r["recorded_macro_f1"]) for r in scored)
     payload["test_label_counts"] = {r["task"]: r["test_label_counts"] for r in scored}
     payload["tasks"] = per_task(scored, METRICS)
@@ -135,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     payload["paired"] = paired_all(payload["tasks"], payload["average"], grid["methods"], METRICS)
     payload["notes"] = [
         f"Scored again from {args.results} (split {settings['split']}); the largest change of "
-        f"a run's macro-F1 against its recorded figure: {payload['largest_rescoring_change']:.4f}."
+        f"a run's macro-F1 against its recorded figure: {payload['largest_rescoring_change']:.4f}; "
+        f"{payload['reused']} of {len(scored)} runs kept as an earlier scoring of the same record left them."
     ]
     title = "Macro-F1 on an even label mix"
     report.write_all(args.out, args.name, title, report.finish(payload), tables(payload), plot)
