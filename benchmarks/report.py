@@ -129,8 +129,9 @@ def header(title: str, payload: dict[str, Any]) -> list[str]:
     if isinstance(m, dict):
         versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
         took = f"benchmark wall time {wall:.0f} s; " if wall is not None else ""
+        dtype = f"; PLMs in {m['plm_dtype']}" if m.get("plm_dtype") else ""  # recorded since 2026-11-29
         m = (
-            f"{m['device']}; {versions}. {took}load average at start {m.get('load_start')}, at end "
+            f"{m['device']}{dtype}; {versions}. {took}load average at start {m.get('load_start')}, at end "
             f"{m.get('load_end')} (the machine may be shared: compare ratios, not absolute figures)"
         )
     return [*lines, f"Machine: {m}.", ""] if m else lines

@@ -632,3 +632,15 @@ def test_example_fidelity_bins_the_leads_and_replays_the_filter(tmp_path: Path) 
     assert len(found["leads"]) == len(found["agrees"]) == 90 and len(found["round0"]) == 30
     agreement = {share: np.mean(verdicts) for share, verdicts in found["examples"].items()}
     assert agreement["0.5"] == 1.0 > agreement["0.0"]  # the filter keeps the off-label half out
+
+
+def test_number_type_result_re_renders(tmp_path: Path) -> None:
+    import model_dtype
+
+    saved = BENCH / "results" / "model_dtype.json"
+    assert model_dtype.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "model_dtype.md").read_text() == (BENCH / "results" / "model_dtype.md").read_text()
+    payload = json.loads(saved.read_text())
+    for runs in payload["results"]["runs"].values():  # both types ran every repetition, alternating
+        assert len(runs["bfloat16"]) == len(runs["float32"]) == payload["settings"]["reps"]
+    assert payload["results"]["auto_picks"] == payload["machine"]["plm_dtype"]
