@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,21 @@ def test_engine_options_carry_the_resolved_type(monkeypatch):
     assert (auto.dtype, asked.dtype) == ("float32", "bfloat16")
     plm = ResolvedPLM(name="p", path=Path("/nowhere"), chat=True, seq2seq=False)
     assert llm_arguments(plm, auto)["dtype"] == "float32"  # what vLLM is started with
+
+
+@pytest.mark.parametrize(("cores", "reserved"), [(2, "0"), (4, "0"), (16, None)])
+def test_a_small_cpu_gives_the_engine_every_core_unless_the_user_says_otherwise(monkeypatch, cores, reserved):
+    from wasp_vllm.engines.registry import ResolvedPLM
+    from wasp_vllm.engines.vllm_engine import llm_arguments
+
+    monkeypatch.setattr("wasp_vllm.engines.vllm_engine.gpu_available", lambda: False)
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # llm_arguments sets it otherwise; monkeypatch restores
+    options = EngineOptions.from_settings(EngineSettings(dtype="float32"), seed=0, plms=1)
+    plm = ResolvedPLM(name="p", path=Path("/nowhere"), chat=True, seq2seq=False)
+    llm_arguments(plm, options)
+    assert os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU") == reserved  # vLLM's own default keeps one
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")  # the user's choice stands
+    llm_arguments(plm, options)
+    assert os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"

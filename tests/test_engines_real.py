@@ -81,8 +81,13 @@ def _run_generate(out: Path, engine: str, plms: str, n: int, *extra: str) -> dic
 
 
 def _check_run(
-    out: Path, manifest: dict, plms: set[str], n: int, later: str = AUTO_LATER_PROMPT.value
+    out: Path, manifest: dict, engine: str, plms: set[str], n: int, later: str = AUTO_LATER_PROMPT.value
 ) -> None:
+    from wasp_vllm.engines.devices import model_dtype, torch_device
+
+    # Each PLM's engine says what it computed in (the number type depends on this machine).
+    facts = {"engine": engine, "dtype": model_dtype(), "device": torch_device()}
+    assert manifest["engines"] == dict.fromkeys(plms, facts)
     table = pq.read_table(out / "synthetic.parquet")
     assert table.num_rows == manifest["output"]["rows"]
     # Unusable samples are regenerated, never copied; a small shortfall is allowed and recorded.
@@ -102,13 +107,13 @@ def test_pipeline_on_vllm_two_packaged_plms(tmp_path):
     manifest = _run_generate(
         out, "vllm", "smollm2,gemma3", 24, "--later-prompt", "contrastive"
     )  # the paper's
-    _check_run(out, manifest, {"smollm2", "gemma3"}, 24, later="contrastive")
+    _check_run(out, manifest, "vllm", {"smollm2", "gemma3"}, 24, later="contrastive")
 
 
 def test_federated_pipeline_on_hf_two_packaged_plms(tmp_path):
     out = tmp_path / "hf"
     manifest = _run_generate(out, "hf", "smollm2,gemma3", 24, "--parties", "3", "--dirichlet", "1.0")
-    _check_run(out, manifest, {"smollm2", "gemma3"}, 24)
+    _check_run(out, manifest, "hf", {"smollm2", "gemma3"}, 24)
     federated = manifest["privacy"]["federated"]  # the guarantee against the server, beside the ledger
     assert federated["parties"] == 3 and federated["key_agreement"] in {"x25519", "ffdh-modp14-rfc3526"}
     assert federated["noise_per_party_std"] > 0 and "records_per_party_max" not in federated

@@ -18,6 +18,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from wasp_vllm.cli import app
+from wasp_vllm.engines.devices import model_dtype
 from wasp_vllm.engines.registry import parse_plm
 from wasp_vllm.ops import fleet, ray_fleet
 
@@ -93,6 +94,7 @@ def test_a_cpu_plm_gets_the_in_process_engine_s_cpu_flags_and_its_replicas():
     assert engine["max_num_batched_tokens"] == 8192 and engine["max_model_len"] == 1024
     assert engine["enable_prefix_caching"] is True and engine["max_num_seqs"] == 8
     assert "gpu_memory_utilization" not in engine
+    assert engine["dtype"] == model_dtype("auto", "cpu")  # as in-process: float32 without native bf16
     assert cfg["runtime_env"]["env_vars"] == {"HF_HUB_OFFLINE": "1", "X": "1", "VLLM_CPU_KVCACHE_SPACE": "3"}
 
 
@@ -103,7 +105,7 @@ def test_a_gpu_plm_gets_tensor_parallel_bundles_a_card_share_and_autoscaling_bou
     assert cfg["deployment_config"]["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4}
     assert "num_replicas" not in cfg["deployment_config"]
     assert cfg["placement_group_config"]["bundles"] == [{"GPU": 0.5}, {"GPU": 0.5}]
-    assert cfg["engine_kwargs"]["tensor_parallel_size"] == 2
+    assert cfg["engine_kwargs"]["tensor_parallel_size"] == 2 and cfg["engine_kwargs"]["dtype"] == "bfloat16"
     assert cfg["engine_kwargs"]["gpu_memory_utilization"] == 0.45  # 0.9 of its half card
     assert "enforce_eager" not in cfg["engine_kwargs"] and cfg["accelerator_type"] == "H100"
     assert "VLLM_CPU_KVCACHE_SPACE" not in cfg["runtime_env"]["env_vars"]

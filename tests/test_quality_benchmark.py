@@ -1,6 +1,6 @@
 """`benchmarks/quality.py --quick`, the CI-sized quality benchmark, end to end on vLLM.
 
-Slow: it loads both packaged PLMs and generates four small runs.  It checks that the
+Slow: it loads both packaged PLMs and generates small runs.  It checks that the
 benchmark produces its table, JSON and plots with a real score for every method, not what
 the scores are (those are the benchmark's findings, committed under benchmarks/results/).
 """
@@ -25,8 +25,10 @@ METHODS = ("only-private", "fusegen", "wasp")
 
 def test_quick_quality_benchmark_scores_every_method(tmp_path):
     out, work = tmp_path / "results", tmp_path / "runs"
-    # --quick is N=60, T=3; N=36 keeps every method's rounds at a third less generation (CI time)
+    # CI time (17 min on 2 cores at N=36, 64 tokens, four methods): --quick is N=60, T=3; N=36 is the
+    # least at T=3 with S=8; FuseGen's run is in the tasks benchmark's test below.
     cmd = [sys.executable, str(REPO / "benchmarks" / "quality.py"), "--quick", "--n", "36"]
+    cmd += ["--max-new-tokens", "32", "--only", "only-private,aug-pe:smollm2,wasp"]
     cmd += ["--out", str(out), "--work", str(work), "--name", "q"]
     env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -34,11 +36,11 @@ def test_quick_quality_benchmark_scores_every_method(tmp_path):
     payload = json.loads((out / "q.json").read_text())
     assert payload["finished"] and not payload["skipped"]
     runs = {r["method"]: r for r in payload["runs"]}
-    assert set(runs) == {"only-private", "fusegen", "aug-pe:smollm2", "wasp"}
+    assert set(runs) == {"only-private", "aug-pe:smollm2", "wasp"}
     assert all("error" not in r for r in runs.values()), [r.get("error") for r in runs.values()]
     for key, run in runs.items():
         assert 0.0 <= run["accuracy"] <= 1.0 and 0.0 <= run["macro_f1"] <= 1.0, key
-    for key in ("fusegen", "aug-pe:smollm2", "wasp"):
+    for key in ("aug-pe:smollm2", "wasp"):
         assert 0 < runs[key]["n_synthetic"] <= 36 and math.isfinite(runs[key]["fid"])
         assert len(runs[key]["fid_per_round"]) == 3  # T=3: one FID per cumulative round
     assert runs["wasp"]["privacy_plan"]["sigma"] > 0
@@ -56,6 +58,7 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     that, the test split's grid scores the validation grid's generations instead of running them."""
     out, work = tmp_path / "results", tmp_path / "runs"
     cmd = [sys.executable, str(REPO / "benchmarks" / "quality_tasks.py"), "--quick", "--tasks", "trec"]
+    cmd += ["--max-new-tokens", "24"]  # trec's questions are short; its own cap is 40 (CI time)
     cmd += ["--methods", ",".join(METHODS)]
     cmd += ["--out", str(out), "--work", str(work), "--name", "t"]
     env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
 from wasp_vllm.engines.chat_templates import ensure_chat_template
@@ -47,6 +48,10 @@ class HFEngine:
         ).to(self.device)  # type: ignore[arg-type]
         self._model.eval()
         log.debug("loaded hf engine %s on %s", self.name, self.device)
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's public facts for the run manifest: the number type of the weights, the device."""
+        return {"engine": "hf", "dtype": str(self._model.dtype).removeprefix("torch."), "device": self.device}
 
     def format_prompt(self, prompt: str) -> str:
         return chat_prompt(self._tokenizer, prompt) if self.chat else prompt

@@ -35,6 +35,8 @@ from typing import Any
 
 import tomllib
 
+from wasp_vllm.engines.devices import model_dtype
+
 #: Share of a GPU a whole-card engine takes (as the in-process engines do); a fraction of a card
 #: (``num_gpus`` < 1) gets that fraction of it.
 GPU_SHARE = 0.9
@@ -232,7 +234,10 @@ def _deployment(e: PLMEntry, on_gpu: bool) -> dict[str, Any]:
 def llm_config(e: PLMEntry, source: str, on_gpu: bool) -> dict[str, Any]:
     """The ``ray.serve.llm.LLMConfig`` of one PLM, as a dict (the same flags a run's vLLM engine gets)."""
     tp = e.tensor_parallel_size
-    engine: dict[str, Any] = {"dtype": "bfloat16", "max_model_len": e.max_model_len, "seed": 0,
+    # The number type as the in-process engine's: on a CPU cluster it follows this machine's CPU
+    # (float32 where bf16 is emulated); nodes of another kind set ``engine_kwargs = {dtype = ...}``.
+    dtype = model_dtype("auto", "cuda" if on_gpu else "cpu")
+    engine: dict[str, Any] = {"dtype": dtype, "max_model_len": e.max_model_len, "seed": 0,
                               "enable_prefix_caching": True, "tensor_parallel_size": tp}  # fmt: skip
     env = {"HF_HUB_OFFLINE": "1"} | e.env
     if on_gpu:

@@ -80,7 +80,7 @@ class Run:
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}
         self.engines: dict[str, Engine] = {}
-        self.engine_stats: dict[str, dict[str, Any]] = {}  # served PLMs, captured at close
+        self.engine_stats: dict[str, dict[str, Any]] = {}  # each engine's public facts, captured at close
         self.engine_kinds: dict[str, str] = {}  # which engine served each PLM (vllm, hf, openai)
         self.estimate = estimate  # the dry-run's plan, set beside what happened in the manifest
         self.voting: VotingMechanism | None = None
@@ -357,7 +357,7 @@ class Run:
     def close(self) -> None:
         for name, engine in self.engines.items():
             stats = getattr(engine, "stats", None)
-            if callable(stats):  # served PLMs: requests per replica
+            if callable(stats):  # number type and device; served PLMs: requests per replica
                 self.engine_stats[name] = stats()
             try:
                 self._timed(f"shutdown:{name}", engine.close)

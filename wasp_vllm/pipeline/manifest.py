@@ -144,7 +144,7 @@ class Manifest:
     versions: dict[str, str]
     #: The label prior's shares of the samples (only with ``--label-prior private``).
     labels: dict[str, Any] | None = None
-    #: The served PLMs' request counters per replica.
+    #: Each PLM's engine: an in-process one's number type and device, a served one's request counters.
     engines: dict[str, dict[str, Any]] | None = None
     #: The plan made before the run beside what the run did (:func:`..estimate.against_run`).
     estimate: dict[str, Any] | None = None
@@ -194,8 +194,9 @@ def build_manifest(
 ) -> Manifest:
     """The published record of a run (see the module docstring for what may not go in).
 
-    ``engine_stats`` are the served PLMs' request counters per replica (this session's only, on
-    resume): functions of the public prompts and of the servers' health, not of the records."""
+    ``engine_stats`` are each engine's public facts: an in-process engine's number type and device
+    (this machine's), a served PLM's request counters per replica (this session's only, on resume),
+    functions of the public prompts and of the servers' health, not of the records."""
     tokens: dict[str, int] = defaultdict(int)
     for record in state.rounds:
         for plm, n in record.tokens.items():
