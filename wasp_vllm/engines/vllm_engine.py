@@ -14,7 +14,7 @@ from typing import Any
 
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
 from wasp_vllm.engines.chat_templates import ensure_chat_template
-from wasp_vllm.engines.devices import gpu_available
+from wasp_vllm.engines.devices import gpu_available, torch_device
 from wasp_vllm.engines.options import EngineOptions
 from wasp_vllm.engines.registry import ResolvedPLM
 
@@ -127,7 +127,7 @@ class VLLMEngine:
     def stats(self) -> dict[str, Any]:
         """The engine's public facts for the run manifest: the number type vLLM computes in, where."""
         dtype = str(self._llm.model_config.dtype).removeprefix("torch.")
-        return {"engine": "vllm", "dtype": dtype, "device": "cuda" if gpu_available() else "cpu"}
+        return {"engine": "vllm", "dtype": dtype, "device": torch_device()}
 
     def close(self) -> None:
         llm = self.__dict__.pop("_llm", None)  # closing twice is a no-op
