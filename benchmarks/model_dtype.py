@@ -8,9 +8,10 @@ new tokens, the calls alternating (order rotated every repetition) with the pref
 before each.  Reported: median tokens/s per type and the paired float32/bfloat16 ratio by wall time
 and by CPU time, with the CPU's flags and what ``auto`` picks here.
 
-    python benchmarks/model_dtype.py [--quick] [--plms smollm2,gemma3] [--out benchmarks/results]
+    python benchmarks/model_dtype.py [--quick] [--plms smollm2,gemma3] [--out benchmarks/results] [--name N]
 
-writes ``model_dtype.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
+writes ``model_dtype.{md,json,png}`` (``model_dtype_amx.*``: the same on a CPU with AMX);
+``--from-json FILE`` re-renders a saved result.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = bench_cli.workload_parser(__doc__, NAME)
     p.add_argument("--plms", help="comma list of PLMs (default: smollm2,gemma3; quick: smollm2)")
+    p.add_argument("--name", default=NAME, help="file stem of the results, e.g. one per kind of machine")
     args = p.parse_args(argv)
 
     def settings() -> Settings:
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                                   new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
 
     payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
-    report.write_all(args.out, NAME, TITLE, payload, [table(payload)], plot)
+    report.write_all(args.out, args.name, TITLE, payload, [table(payload)], plot)
     return 0
 
 

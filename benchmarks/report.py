@@ -64,9 +64,9 @@ def load_average() -> list[float]:
 
 def machine() -> dict[str, Any]:
     """What measured the figures: device, CPU count, versions, load average (at start; at end: finish)."""
-    from wasp_vllm.engines.devices import gpu_available, model_dtype
+    from wasp_vllm.engines.devices import cpu_model, gpu_available, model_dtype
 
-    device = f"CPU ({os.cpu_count()} cores, {platform.machine()})"
+    device = f"CPU ({cpu_model()}, {os.cpu_count()} cores, {platform.machine()})"
     if gpu_available():
         import torch
 

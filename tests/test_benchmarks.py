@@ -634,12 +634,13 @@ def test_example_fidelity_bins_the_leads_and_replays_the_filter(tmp_path: Path) 
     assert agreement["0.5"] == 1.0 > agreement["0.0"]  # the filter keeps the off-label half out
 
 
-def test_number_type_result_re_renders(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["model_dtype", "model_dtype_amx"])  # an AVX2-only CPU, one with AMX
+def test_number_type_result_re_renders(tmp_path: Path, name: str) -> None:
     import model_dtype
 
-    saved = BENCH / "results" / "model_dtype.json"
-    assert model_dtype.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "model_dtype.md").read_text() == (BENCH / "results" / "model_dtype.md").read_text()
+    saved = BENCH / "results" / f"{name}.json"
+    assert model_dtype.main(["--from-json", str(saved), "--out", str(tmp_path), "--name", name]) == 0
+    assert (tmp_path / f"{name}.md").read_text() == (BENCH / "results" / f"{name}.md").read_text()
     payload = json.loads(saved.read_text())
     for runs in payload["results"]["runs"].values():  # both types ran every repetition, alternating
         assert len(runs["bfloat16"]) == len(runs["float32"]) == payload["settings"]["reps"]

