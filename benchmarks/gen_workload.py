@@ -12,7 +12,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,6 +242,62 @@ def replica_plot(runs: dict[str, list[dict]], path: Any, ticks: Sequence[str], t
     ax.set_xticks(range(len(runs)), list(ticks)[: len(runs)])
     ax.set_ylabel("tokens/s (bars: median; dots: repetitions)")
     ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- one PLM's engine in two variants, side by side (model_dtype.py, engine_cores.py) -------------
+
+
+def variants_side_by_side(
+    starts: Mapping[str, Callable[[], Any]], n_prompts: int, new_tokens: int, reps: int, label: str
+) -> dict[str, list[dict]]:
+    """Start every variant's engine (all alive in one process, as a run keeps its engines), warm
+    each up, then time the same prompts, per-request seeds and exactly ``new_tokens`` new tokens on
+    each, alternating, with the prefix cache reset before every call."""
+    prompts, _ = bench_prompts(n_prompts)
+    seeds = [1_000 + i for i in range(len(prompts))]
+    params = fixed_length_params(new_tokens)
+    engines: dict[str, Any] = {}
+    try:
+        for variant, start in starts.items():
+            engines[variant] = start()
+        for engine in engines.values():  # warm-up, not timed
+            engine.generate(prompts[:4], [0, 1, 2, 3], fixed_length_params(8))
+
+        def call(engine: Any) -> Callable[[], int]:
+            def run() -> int:
+                engine._llm.reset_prefix_cache()
+                return sum(c.n_tokens for c in engine.generate(prompts, seeds, params))
+
+            return run
+
+        return interleave({v: call(e) for v, e in engines.items()}, reps, label, sync=False)
+    finally:
+        for engine in engines.values():
+            close_with_timeout(engine)
+
+
+def variant_bars(
+    runs: dict[str, dict[str, list[dict]]], variants: Sequence[str], path: Any, title: str
+) -> None:
+    """Per PLM, a bar of each variant's median tokens/s and dots for its repetitions."""
+    import report
+
+    plt = report.pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for i, per_variant in enumerate(runs.values()):
+        for j, variant in enumerate(variants):
+            vals = [r["tps"] for r in per_variant[variant]]
+            x = i + (j - 0.5) * 0.38
+            ax.bar(x, report.median(vals), width=0.36, color=("tab:gray", "tab:blue")[j],
+                   label=variant if i == 0 else None)  # fmt: skip
+            ax.scatter([x] * len(vals), vals, color="k", s=10, zorder=3)
+    ax.set_xticks(range(len(runs)), list(runs))
+    ax.set_ylabel("tokens/s (bars: median; dots: repetitions)")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -17,8 +17,8 @@ writes ``model_dtype.{md,json,png}`` (``model_dtype_amx.*``: the same on a CPU w
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,25 +57,8 @@ def start(plm: str, dtype: str) -> Any:
 
 
 def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
-    prompts, _ = gw.bench_prompts(s.n_prompts)
-    seeds = [1_000 + i for i in range(len(prompts))]
-    params = gw.fixed_length_params(s.new_tokens)
-    engines = {dtype: start(plm, dtype) for dtype in DTYPES}
-    try:
-        for engine in engines.values():  # warm-up, not timed
-            engine.generate(prompts[:4], [0, 1, 2, 3], gw.fixed_length_params(8))
-
-        def call(engine: Any) -> Callable[[], int]:
-            def run() -> int:
-                engine._llm.reset_prefix_cache()
-                return sum(c.n_tokens for c in engine.generate(prompts, seeds, params))
-
-            return run
-
-        return gw.interleave({d: call(e) for d, e in engines.items()}, s.reps, plm, sync=False)
-    finally:
-        for engine in engines.values():
-            gw.close_with_timeout(engine)
+    starts = {dtype: partial(start, plm, dtype) for dtype in DTYPES}
+    return gw.variants_side_by_side(starts, s.n_prompts, s.new_tokens, s.reps, plm)
 
 
 def measure(s: Settings) -> dict[str, Any]:
@@ -119,23 +102,8 @@ def table(payload: dict[str, Any]) -> report.Table:
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
-    plt = report.pyplot()
-    runs = payload["results"]["runs"]
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for i, per_type in enumerate(runs.values()):
-        for j, dtype in enumerate(DTYPES):
-            vals = [r["tps"] for r in per_type[dtype]]
-            x = i + (j - 0.5) * 0.38
-            ax.bar(x, report.median(vals), width=0.36, color=("tab:gray", "tab:blue")[j],
-                   label=dtype if i == 0 else None)  # fmt: skip
-            ax.scatter([x] * len(vals), vals, color="k", s=10, zorder=3)
-    ax.set_xticks(range(len(runs)), list(runs))
-    ax.set_ylabel("tokens/s (bars: median; dots: repetitions)")
-    ax.set_title(f"vLLM on {payload['machine'].get('device', 'this machine')}", fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = f"vLLM on {payload['machine'].get('device', 'this machine')}"
+    gw.variant_bars(payload["results"]["runs"], DTYPES, path, title)
 
 
 def main(argv: list[str] | None = None) -> int:

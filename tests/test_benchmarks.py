@@ -645,3 +645,14 @@ def test_number_type_result_re_renders(tmp_path: Path, name: str) -> None:
     for runs in payload["results"]["runs"].values():  # both types ran every repetition, alternating
         assert len(runs["bfloat16"]) == len(runs["float32"]) == payload["settings"]["reps"]
     assert payload["results"]["auto_picks"] == payload["machine"]["plm_dtype"]
+
+
+def test_engine_cores_result_re_renders(tmp_path: Path) -> None:
+    import engine_cores
+
+    saved = BENCH / "results" / "engine_cores.json"
+    assert engine_cores.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "engine_cores.md").read_text() == (BENCH / "results" / "engine_cores.md").read_text()
+    payload = json.loads(saved.read_text())
+    for runs in payload["results"]["runs"].values():  # both variants ran every repetition, alternating
+        assert len(runs["one held back"]) == len(runs["every core"]) == payload["settings"]["reps"]

