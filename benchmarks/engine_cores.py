@@ -80,14 +80,6 @@ def measure(s: Settings) -> dict[str, Any]:
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "default_every_core": small_cpu(), "runs": runs}
 
 
-def summary(runs: dict[str, list[dict]]) -> dict[str, float]:
-    return {
-        **{f"{v}_tps": report.median([r["tps"] for r in runs[v]]) for v in RESERVED},
-        "wall_ratio": report.median(gw.paired_ratios(runs, "every core", "one held back", "tps")),
-        "cpu_ratio": report.median(gw.paired_ratios(runs, "every core", "one held back", "tokens_per_cpu_s")),
-    }
-
-
 def table(payload: dict[str, Any]) -> report.Table:
     s, res = payload["settings"], payload["results"]
     t = report.Table(
@@ -95,10 +87,7 @@ def table(payload: dict[str, Any]) -> report.Table:
         ["PLM", "one held back, tok/s", "every core, tok/s", "every core / one held back (paired median)",
          "the same by CPU time"],
     )  # fmt: skip
-    for plm, runs in res["runs"].items():
-        v = summary(runs)
-        t.rows.append([plm, v["one held back_tps"], v["every core_tps"], round(v["wall_ratio"], 2),
-                       round(v["cpu_ratio"], 2)])  # fmt: skip
+    t.rows += gw.variant_rows(res["runs"], "one held back", "every core")
     default = "every core" if res["default_every_core"] else "vLLM's own choice (one held back)"
     t.notes += [
         f"This machine: {res['cpu']}, {res['cores']} cores; a run's engines get {default} here.",

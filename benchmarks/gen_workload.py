@@ -279,6 +279,20 @@ def variants_side_by_side(
             close_with_timeout(engine)
 
 
+def variant_rows(runs: dict[str, dict[str, list[dict]]], base: str, other: str) -> list[list[Any]]:
+    """Per PLM: median tokens/s of ``base`` and ``other``, and the paired ``other / base`` ratios by
+    wall time and by CPU time (medians over repetitions)."""
+    import report
+
+    rows = []
+    for plm, per_variant in runs.items():
+        tps = [report.median([r["tps"] for r in per_variant[v]]) for v in (base, other)]
+        by = ("tps", "tokens_per_cpu_s")
+        ratios = [report.median(paired_ratios(per_variant, other, base, field)) for field in by]
+        rows.append([plm, *tps, *(round(r, 2) for r in ratios)])
+    return rows
+
+
 def variant_bars(
     runs: dict[str, dict[str, list[dict]]], variants: Sequence[str], path: Any, title: str
 ) -> None:

@@ -72,14 +72,6 @@ def measure(s: Settings) -> dict[str, Any]:
     }
 
 
-def summary(runs: dict[str, list[dict]]) -> dict[str, float]:
-    return {
-        **{f"{d}_tps": report.median([r["tps"] for r in runs[d]]) for d in DTYPES},
-        "wall_ratio": report.median(gw.paired_ratios(runs, "float32", "bfloat16", "tps")),
-        "cpu_ratio": report.median(gw.paired_ratios(runs, "float32", "bfloat16", "tokens_per_cpu_s")),
-    }
-
-
 def table(payload: dict[str, Any]) -> report.Table:
     s, res = payload["settings"], payload["results"]
     t = report.Table(
@@ -87,10 +79,7 @@ def table(payload: dict[str, Any]) -> report.Table:
         ["PLM", "bfloat16 tok/s", "float32 tok/s", "float32 / bfloat16, wall (paired median)",
          "float32 / bfloat16, CPU time (paired median)"],
     )  # fmt: skip
-    for plm, runs in res["runs"].items():
-        v = summary(runs)
-        t.rows.append([plm, v["bfloat16_tps"], v["float32_tps"], round(v["wall_ratio"], 2),
-                       round(v["cpu_ratio"], 2)])  # fmt: skip
+    t.rows += gw.variant_rows(res["runs"], "bfloat16", "float32")
     where = "a GPU" if res["gpu"] else f"a CPU {'with' if res['native_bf16'] else 'without'} native bf16"
     t.notes += [
         f"This machine: {where}; `--dtype auto` picks {res['auto_picks']} here.",
