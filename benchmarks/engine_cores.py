@@ -49,14 +49,8 @@ def make_settings(quick: bool) -> Settings:
 
 def start(plm: str, reserved: str) -> Any:
     """A ``VLLMEngine`` as a run builds it; its engine process inherits the reserved cores at start."""
-    from wasp_vllm.config import RunConfig
-    from wasp_vllm.engines import EngineOptions
-    from wasp_vllm.engines.registry import resolve_plm
-    from wasp_vllm.engines.vllm_engine import VLLMEngine
-
     os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = reserved  # llm_arguments keeps a value set here
-    cfg = RunConfig.model_validate({"plms": [plm], "engine": "vllm", "seed": 0})
-    return VLLMEngine(resolve_plm(plm), EngineOptions.from_config(cfg))
+    return gw.start_vllm(plm, False)[0]
 
 
 def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
@@ -87,7 +81,7 @@ def table(payload: dict[str, Any]) -> report.Table:
         ["PLM", "one held back, tok/s", "every core, tok/s", "every core / one held back (paired median)",
          "the same by CPU time"],
     )  # fmt: skip
-    t.rows += gw.variant_rows(res["runs"], "one held back", "every core")
+    t.rows += gw.variant_rows(res["runs"], *RESERVED)
     default = "every core" if res["default_every_core"] else "vLLM's own choice (one held back)"
     t.notes += [
         f"This machine: {res['cpu']}, {res['cores']} cores; a run's engines get {default} here.",

@@ -47,13 +47,7 @@ def make_settings(quick: bool) -> Settings:
 
 def start(plm: str, dtype: str) -> Any:
     """A ``VLLMEngine`` as a run builds it, in this number type."""
-    from wasp_vllm.config import RunConfig
-    from wasp_vllm.engines import EngineOptions
-    from wasp_vllm.engines.registry import resolve_plm
-    from wasp_vllm.engines.vllm_engine import VLLMEngine
-
-    cfg = RunConfig.model_validate({"plms": [plm], "engine": "vllm", "seed": 0, "dtype": dtype})
-    return VLLMEngine(resolve_plm(plm), EngineOptions.from_config(cfg))
+    return gw.start_vllm(plm, False, dtype=dtype)[0]
 
 
 def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
@@ -79,7 +73,7 @@ def table(payload: dict[str, Any]) -> report.Table:
         ["PLM", "bfloat16 tok/s", "float32 tok/s", "float32 / bfloat16, wall (paired median)",
          "float32 / bfloat16, CPU time (paired median)"],
     )  # fmt: skip
-    t.rows += gw.variant_rows(res["runs"], "bfloat16", "float32")
+    t.rows += gw.variant_rows(res["runs"], *DTYPES)
     where = "a GPU" if res["gpu"] else f"a CPU {'with' if res['native_bf16'] else 'without'} native bf16"
     t.notes += [
         f"This machine: {where}; `--dtype auto` picks {res['auto_picks']} here.",

@@ -12,7 +12,6 @@ import os
 import platform
 import shutil
 import subprocess
-from contextlib import suppress
 from functools import cache
 from pathlib import Path
 
@@ -34,13 +33,20 @@ def torch_device(requested: str | None = None) -> str:
     return requested or ("cuda" if gpu_available() else "cpu")
 
 
+def _cpuinfo_lines(cpuinfo: Path) -> list[str]:
+    """The lines of ``/proc/cpuinfo`` (or of a file like it); none where it cannot be read."""
+    try:
+        return cpuinfo.read_text().splitlines()
+    except OSError:
+        return []
+
+
 @cache
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model name (``/proc/cpuinfo``), or the architecture where that is unknown."""
-    with suppress(OSError):
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
+    for line in _cpuinfo_lines(cpuinfo):
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
     return platform.machine()
 
 
@@ -51,11 +57,7 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 @cache
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """True when this CPU computes in bf16 natively; False where it is unknown (no ``/proc/cpuinfo``)."""
-    try:
-        info = cpuinfo.read_text()
-    except OSError:
-        return False
-    flags = {word for line in info.splitlines() if line.startswith(("flags", "Features"))
+    flags = {word for line in _cpuinfo_lines(cpuinfo) if line.startswith(("flags", "Features"))
              for word in line.partition(":")[2].split()}  # fmt: skip
     return bool(flags & NATIVE_BF16_FLAGS)
 
