@@ -71,6 +71,8 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         "WASP, good examples from the half of each label's samples that read most like it",
         {"pool_label_filter": 0.5},
     ),
+    # Small PLMs at temperature 1 write much that reads as noise; 0.7 is a common chat default.
+    ("wasp-temperature-07", "WASP, sampling temperature 0.7", {"temperature": 0.7}),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
