@@ -59,6 +59,9 @@ class Cluster:
             "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token or secrets.token_hex(16),
             "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0",
             "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1",
+            # Serve retries a failing replica constructor 3 times by default (its controller, a worker
+            # of this node, reads this): once is enough for the test of a deployment that cannot start.
+            "RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": "1",
         }  # fmt: skip
         cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address",
                "127.0.0.1", "--port", str(gcs), "--num-cpus", "8", "--include-dashboard", "false",
