@@ -73,6 +73,8 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ),
     # Small PLMs at temperature 1 write much that reads as noise; 0.7 is a common chat default.
     ("wasp-temperature-07", "WASP, sampling temperature 0.7", {"temperature": 0.7}),
+    # ... and 0.7 copied the in-context examples more (README): does a warmer sampler copy less?
+    ("wasp-temperature-12", "WASP, sampling temperature 1.2", {"temperature": 1.2}),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
