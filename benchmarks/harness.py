@@ -75,6 +75,13 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     # 0.7 copies the in-context examples more, 1.2 less (README, the --temperature row).
     ("wasp-temperature-07", "WASP, sampling temperature 0.7", {"temperature": 0.7}),
     ("wasp-temperature-12", "WASP, sampling temperature 1.2", {"temperature": 1.2}),
+    # Loops, emoji strings and copies of the prompt's examples are what a PLM finds near-certain:
+    # SmolLM2's tweets above -1.5 nats per token were those (README, the --max-sample-logprob row).
+    (
+        "wasp-predictable-off",
+        "WASP, samples above -1.5 nats per token under their PLM regenerated",
+        {"max_sample_logprob": -1.5},
+    ),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
@@ -334,6 +341,8 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "voted_samples": "all",
         "plm_weighting": "votes",
         "pool_label_filter": 0.0,
+        "min_sample_logprob": None,
+        "max_sample_logprob": None,
         # the float type each machine computes in (bf16 before, on the CPUs those records ran on)
         "dtype": "auto",
     }

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -90,7 +91,13 @@ class StandInEndpoint:
             handler.end_headers()
             return
         text = f'sample for seed {body["seed"]}" and the rest'
-        choice = {"message": {"content": text}} if "messages" in body else {"text": text}
+        choice: dict[str, Any] = {"message": {"content": text}} if "messages" in body else {"text": text}
+        if body.get("logprobs") is True:  # chat: one entry per token
+            choice["logprobs"] = {
+                "content": [{"token": "a", "logprob": -1.0}, {"token": "b", "logprob": -3.0}]
+            }
+        elif body.get("logprobs") == 0:  # completions: the sampled tokens' log-probabilities
+            choice["logprobs"] = {"token_logprobs": [-0.5, -1.5, -4.0], "top_logprobs": None}
         payload = json.dumps({"choices": [choice], "usage": {"completion_tokens": 5}}).encode()
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
@@ -135,6 +142,16 @@ def test_chat_preset_gets_its_template_with_the_quote_as_answer_prefill(endpoint
     ]
     assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
     assert not make_engine(f"gemma3@{endpoint.url}").chat
+
+
+def test_log_probabilities_are_asked_for_only_when_wanted_and_averaged(endpoint):
+    base, chat = OpenAIEngine("gemma3", endpoint.url), make_engine(f"smollm2@{endpoint.url}")
+    wanted = GenerationParams(max_new_tokens=32, stop=('"',), logprobs=True)
+    assert base.generate(["Write"], [1], wanted)[0].mean_logprob == pytest.approx(-2.0)
+    assert chat.generate(["Write"], [2], wanted)[0].mean_logprob == pytest.approx(-2.0)
+    assert base.generate(["Write"], [3], PARAMS)[0].mean_logprob is None
+    sent = {body["seed"]: body.get("logprobs", "absent") for _, body in endpoint.requests}
+    assert sent == {1: 0, 2: True, 3: "absent"}
 
 
 def test_transient_errors_are_retried_then_reported():

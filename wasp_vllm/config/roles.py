@@ -181,6 +181,17 @@ class MethodSettings(Role):
         "it lowered the classifier's macro-F1 on the validation tasks; empty samples, copies and "
         "echoes of the prompt are turned down either way.",
     )  # fmt: skip
+    min_sample_logprob: float | None = setting(
+        None, "Reject (and regenerate) a sample whose mean log-probability per token under the PLM that "
+        "wrote it is below this, in nats (e.g. -3.5): text its own model found unlikely, such as garbled "
+        "words. Public, no privacy cost; the PLMs' engines return it as they sample. Unset: off.", le=0,
+    )  # fmt: skip
+    max_sample_logprob: float | None = setting(
+        None, "Reject (and regenerate) a sample whose mean log-probability per token under the PLM that "
+        "wrote it is above this, in nats (e.g. -1.25): text its own model found near-certain, as loops, "
+        "stock phrases and copies of the prompt's examples are. Public, no privacy cost. Unset: off.",
+        le=0,
+    )  # fmt: skip
     label_check: Literal["off", "drop"] = setting(
         "drop", "'drop': reject (and regenerate) a sample whose embedding is closer to another label's "
         "description than to its own by more than --label-check-margin; public data only, no "

@@ -114,6 +114,8 @@ class VLLMEngine:
                 min_tokens=params.min_new_tokens,
                 seed=int(seed),  # identical prompts need different seeds to differ
                 stop=list(params.stop),
+                # 0: only the sampled token's log-probability (raw logits, vLLM's default mode)
+                logprobs=0 if params.logprobs else None,
             )
             for seed in seeds
         ]
@@ -124,10 +126,7 @@ class VLLMEngine:
         finally:
             if self.sleep_mode:
                 self._llm.sleep(level=1)
-        return [
-            Completion(truncate_at_stop(o.outputs[0].text, params.stop), len(o.outputs[0].token_ids))
-            for o in outputs
-        ]
+        return [_completion(o.outputs[0], params) for o in outputs]
 
     def stats(self) -> dict[str, Any]:
         """The engine's public facts for the run manifest: the number type vLLM computes in, where."""
@@ -144,3 +143,12 @@ class VLLMEngine:
         )
         if callable(shutdown):
             shutdown()
+
+
+def _completion(output: Any, params: GenerationParams) -> Completion:
+    """A vLLM ``CompletionOutput`` as a Completion (its mean log-probability where asked for)."""
+    n_tokens = len(output.token_ids)
+    mean_logprob = None
+    if params.logprobs and n_tokens and output.cumulative_logprob is not None:
+        mean_logprob = float(output.cumulative_logprob) / n_tokens
+    return Completion(truncate_at_stop(output.text, params.stop), n_tokens, mean_logprob)

@@ -132,8 +132,9 @@ class Run:
     def _inputs(self, t: int, state: RunState) -> RoundInputs:
         seen = frozenset(normalize_text(s) for tbl in self.tables for s in tbl.column("text").to_pylist())
         task, cfg = self.ctx.task, self.cfg
+        judged = cfg.min_sample_logprob is not None or cfg.max_sample_logprob is not None
         params = GenerationParams.from_settings(
-            cfg.sampling, task_cap=task.max_new_tokens, stop=tuple(task.stop)
+            cfg.sampling, task_cap=task.max_new_tokens, stop=tuple(task.stop), logprobs=judged
         )
         gate = make_gate(task, cfg.prompt_style) if cfg.quality_gate else None
         shares = tuple(state.label_shares) if state.label_shares is not None else None

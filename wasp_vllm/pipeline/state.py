@@ -43,7 +43,8 @@ class RoundRecord:
     #: or rejects used up every retry.  The next round's quotas make them up, so the last round's
     #: figure is what the run lacks of N.
     missing: int = 0
-    #: Generated samples rejected, per PLM and reason (empty, duplicate, prompt_echo, the gate's).
+    #: Generated samples rejected, per PLM and reason (empty, duplicate, prompt_echo, the gate's,
+    #: off_label, unlikely and predictable).
     rejects: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Where the work went: samples each PLM generated (kept or not; ``kept`` + its ``rejects``),
     #: and the tokens of its kept samples (``tokens`` counts all it generated).

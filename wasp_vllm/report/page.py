@@ -229,8 +229,9 @@ def _rejects_section(view: RunView) -> str:
     return (
         '<section id="rejects"><h2>Rejects</h2><p>Samples turned down, summed over the rounds: '
         "empty ones, copies and echoes of the prompt always; the quality gate's reasons where "
-        "<code>--quality-gate</code> was on; as <code>off_label</code>, the label check. Each was "
-        f"regenerated, never copied.</p>{body}</section>"
+        "<code>--quality-gate</code> was on; as <code>off_label</code>, the label check; as "
+        "<code>unlikely</code> and <code>predictable</code>, <code>--min-sample-logprob</code> and "
+        f"<code>--max-sample-logprob</code>. Each was regenerated, never copied.</p>{body}</section>"
     )
 
 
