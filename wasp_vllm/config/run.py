@@ -144,16 +144,20 @@ class RunConfig(
                 f"plm_weighting={self.plm_weighting}: only for methods whose PLM shares follow the votes, "
                 f"and {self.strategy} keeps them fixed; leave it out"
             )
+        if self.privacy_unit == "user" and self.max_records_per_user is None:
+            raise ValueError(
+                "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "
+                "not the data's own maximum, which would itself be private"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _likelihood_bounds(self) -> RunConfig:
         low, high = self.min_sample_logprob, self.max_sample_logprob
         if low is not None and high is not None and low >= high:
             raise ValueError(
                 f"min_sample_logprob={low} is not below max_sample_logprob={high}: every sample would be "
                 "rejected; the lower bound must be the smaller"
-            )
-        if self.privacy_unit == "user" and self.max_records_per_user is None:
-            raise ValueError(
-                "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "
-                "not the data's own maximum, which would itself be private"
             )
         return self
 
