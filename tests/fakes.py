@@ -139,6 +139,25 @@ class FakeEngineForUnitTests:
         pass
 
 
+class RewritingFakeEngineForUnitTests(FakeEngineForUnitTests):
+    """FAKE engine for unit tests: the base engine's samples, each passed through ``rewrite``;
+    ``count`` is how many samples this engine has written so far, the current one included."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.count = 0
+
+    def generate(self, prompts, seeds, params: GenerationParams) -> list[Completion]:
+        out = []
+        for completion in super().generate(prompts, seeds, params):
+            self.count += 1
+            out.append(self.rewrite(completion, params))
+        return out
+
+    def rewrite(self, completion: Completion, params: GenerationParams) -> Completion:
+        return completion
+
+
 class HashEmbedderForTests:
     """Deterministic 64-dim embeddings: the normalised sum of fixed random vectors of the words."""
 

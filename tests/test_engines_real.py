@@ -85,14 +85,14 @@ def teacher_forced_means(engine, prompt: str, completions) -> list[tuple[float, 
     return pairs
 
 
-def sample_logprob_runs(engine) -> tuple[list, list]:
-    """Four samples of 16 tokens without and with log-probabilities asked for (no stop string, no
-    end of text before 16 tokens, so every token written is part of the text)."""
+def sample_logprob_runs(engine) -> tuple[str, list, list]:
+    """The prompt, and its four samples of 16 tokens without and with log-probabilities asked for
+    (no stop string, no end of text before 16 tokens, so every token written is part of the text)."""
     prompt = build_prompt(get_task("drugs"), "zero_shot", "negative", "Migraine")
     params = GenerationParams(max_new_tokens=16, min_new_tokens=16)
     plain = engine.generate([prompt] * 4, [5, 6, 7, 8], params)
     scored = engine.generate([prompt] * 4, [5, 6, 7, 8], replace(params, logprobs=True))
-    return plain, scored
+    return prompt, plain, scored
 
 
 def test_hf_engine_mean_logprob_is_the_raw_models_own():
@@ -102,8 +102,7 @@ def test_hf_engine_mean_logprob_is_the_raw_models_own():
     from wasp_vllm.engines.registry import resolve_plm
 
     engine = HFEngine(resolve_plm("smollm2"), batch_size=4, dtype="float32")
-    plain, scored = sample_logprob_runs(engine)
-    prompt = build_prompt(get_task("drugs"), "zero_shot", "negative", "Migraine")
+    prompt, plain, scored = sample_logprob_runs(engine)
     pairs = teacher_forced_means(engine, prompt, scored)
     assert all(c.mean_logprob is None for c in plain)  # not asked, not computed
     assert len(pairs) >= 2, [c.text for c in scored]
@@ -121,10 +120,9 @@ def test_vllm_engine_mean_logprob_matches_a_forward_pass():
 
     engine = VLLMEngine(resolve_plm("smollm2"), EngineOptions.from_config(RunConfig(max_model_len=1024)))
     try:
-        plain, scored = sample_logprob_runs(engine)
+        prompt, plain, scored = sample_logprob_runs(engine)
     finally:
         engine.close()
-    prompt = build_prompt(get_task("drugs"), "zero_shot", "negative", "Migraine")
     pairs = teacher_forced_means(
         HFEngine(resolve_plm("smollm2"), batch_size=4, dtype="float32"), prompt, scored
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import wasp_vllm
-from tests.fakes import FakeEngineForUnitTests, use_fake_backends
+from tests.fakes import RewritingFakeEngineForUnitTests, use_fake_backends
 from wasp_vllm.config import ConfigError, RunConfig, build_config
 from wasp_vllm.engines.base import Completion
 from wasp_vllm.pipeline import PipelineError
@@ -46,25 +46,17 @@ def test_bounds_must_leave_room():
         build_config({}, {"max_sample_logprob": 0.5})  # a log-probability is at most 0
 
 
-class LoopEveryThird(FakeEngineForUnitTests):
+class LoopEveryThird(RewritingFakeEngineForUnitTests):
     """FAKE engine for unit tests: every third sample is a loop its 'model' finds near-certain
     (mean log-probability -0.2 per token), the others read at -2.5; log-probabilities only when
     asked, as the real engines do."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.count = 0
-
-    def generate(self, prompts, seeds, params):
-        out = []
-        for completion in super().generate(prompts, seeds, params):
-            self.count += 1
-            loop = self.count % 3 == 0
-            # the loop keeps the asked label's words, so the label check keeps it too
-            text = f"loop {self.count} " + "again " * 8 + completion.text if loop else completion.text
-            value = (-0.2 if loop else -2.5) if params.logprobs else None
-            out.append(Completion(text, completion.n_tokens, value))
-        return out
+    def rewrite(self, completion, params):
+        loop = self.count % 3 == 0
+        # the loop keeps the asked label's words, so the label check keeps it too
+        text = f"loop {self.count} " + "again " * 8 + completion.text if loop else completion.text
+        value = (-0.2 if loop else -2.5) if params.logprobs else None
+        return Completion(text, completion.n_tokens, value)
 
 
 def test_predictable_samples_are_regenerated_not_kept(tmp_path, monkeypatch):

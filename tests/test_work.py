@@ -9,7 +9,7 @@ import json
 from typer.testing import CliRunner
 
 import wasp_vllm
-from tests.fakes import FakeEngineForUnitTests, use_fake_backends
+from tests.fakes import RewritingFakeEngineForUnitTests, use_fake_backends
 from wasp_vllm.cli import app
 from wasp_vllm.engines.base import Completion
 from wasp_vllm.report.page import WORK_PNG, render_report
@@ -17,21 +17,17 @@ from wasp_vllm.report.page import WORK_PNG, render_report
 SMALL = dict(plms=["a", "b"], n=36, rounds=3, q=2, s=2)
 
 
-class JunkEveryKth(FakeEngineForUnitTests):
+class JunkEveryKth(RewritingFakeEngineForUnitTests):
     """A PLM whose every k-th sample is whitespace (the quality gate rejects it as empty); with
     ``mostly=True`` every sample but the k-th."""
 
     def __init__(self, name: str, k: int, mostly: bool = False) -> None:
         super().__init__(name)
-        self.k, self.mostly, self.count = k, mostly, 0
+        self.k, self.mostly = k, mostly
 
-    def generate(self, prompts, seeds, params):
-        out = []
-        for completion in super().generate(prompts, seeds, params):
-            self.count += 1
-            junk = (self.count % self.k == 0) != self.mostly
-            out.append(Completion("  ", 3) if junk else completion)
-        return out
+    def rewrite(self, completion, params):
+        junk = (self.count % self.k == 0) != self.mostly
+        return Completion("  ", 3) if junk else completion
 
 
 def test_generated_against_kept_per_plm_and_round(tmp_path, monkeypatch):
@@ -51,21 +47,13 @@ def test_generated_against_kept_per_plm_and_round(tmp_path, monkeypatch):
     assert work["a"]["tokens"] - work["a"]["kept_tokens"] == 3 * (work["a"]["generated"] - work["a"]["kept"])
 
 
-class SameTextsAcrossPLMs(FakeEngineForUnitTests):
-    """Every PLM writes "sample 0", "sample 1", ... (named after the label asked): unique within a
+class SameTextsAcrossPLMs(RewritingFakeEngineForUnitTests):
+    """Every PLM writes "sample 1", "sample 2", ... (named after the label asked): unique within a
     PLM, the same across PLMs, so the round drops the copies and asks for more."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.count = 0
-
-    def generate(self, prompts, seeds, params):
-        out = []
-        for completion in super().generate(prompts, seeds, params):
-            phrase = completion.text.split('"')[0].split()[-2:]
-            out.append(Completion(f"sample number {self.count} reads {' '.join(phrase)}", 7))
-            self.count += 1
-        return out
+    def rewrite(self, completion, params):
+        phrase = completion.text.split('"')[0].split()[-2:]
+        return Completion(f"sample number {self.count} reads {' '.join(phrase)}", 7)
 
 
 def test_copies_across_plms_are_counted_as_rejects(tmp_path, monkeypatch):
