@@ -658,3 +658,17 @@ def test_engine_cores_result_re_renders(tmp_path: Path) -> None:
     payload = json.loads(saved.read_text())
     for runs in payload["results"]["runs"].values():  # both variants ran every repetition, alternating
         assert len(runs["one held back"]) == len(runs["every core"]) == payload["settings"]["reps"]
+
+
+def test_logprob_cost_result_re_renders(tmp_path: Path) -> None:
+    import logprob_cost
+
+    saved = BENCH / "results" / "logprob_cost.json"
+    assert logprob_cost.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "logprob_cost.md").read_text() == (BENCH / "results" / "logprob_cost.md").read_text()
+    payload = json.loads(saved.read_text())
+    for runs in payload["results"]["runs"].values():  # both variants ran every repetition, same tokens
+        assert len(runs["plain"]) == len(runs["logprobs"]) == payload["settings"]["reps"]
+        assert {r["tokens"] for r in runs["plain"] + runs["logprobs"]} == {
+            payload["settings"]["n_prompts"] * payload["settings"]["new_tokens"]
+        }
