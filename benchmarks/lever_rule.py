@@ -95,6 +95,23 @@ def leave_one_out(
     return rows
 
 
+def test_gain(
+    test: dict[str, dict] | None, lever: str, base: str, names: list[str], test_names: dict[str, str]
+) -> dict[str, Any] | None:
+    """``lever − base`` on the test split, per task and on the mean over ``names`` (paired by seed):
+    what the rule would have seen had it looked at test; shown, never used to choose.  Also the
+    default's own mean test score over the tasks, the figure the honest one is read against.
+    None unless every task has both methods' test rows."""
+    rows: dict[str, dict[str, Any]] = {
+        t: {m: (test or {}).get(t, {}).get(test_names.get(m, m)) for m in (lever, base)} for t in names
+    }
+    if any(scores is None for r in rows.values() for scores in r.values()):
+        return None
+    gain = decide(rows, lever, base, names)
+    base_mean = statistics.fmean(statistics.fmean(r[base][METRIC]) for r in rows.values())
+    return {"per_task": gain["per_task"], "mean": gain["mean"], "base_macro_f1": base_mean}
+
+
 def honest_mean(rows: list[dict[str, Any]]) -> float | None:
     """The mean over held-out tasks of the chosen method's mean test score (None until every task has one)."""
     means = [statistics.fmean(r["test_macro_f1"]) for r in rows if r["test_macro_f1"]]
@@ -121,6 +138,11 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
             )
         honest = pair["honest_test_macro_f1"]
         honest_text = "not yet: some held-out task has no test rows" if honest is None else f"{honest:.3f}"
+        if gain := pair.get("test_gain"):
+            honest_text += f" (the default on every task: {gain['base_macro_f1']:.3f})"
+            cells = ", ".join(f"{t} {fmt_diff(d)}" for t, d in gain["per_task"].items())
+            notes.append(f"test split, lever − default (shown, never used to choose): {cells}; "
+                         f"mean {fmt_diff(gain['mean'])}")  # fmt: skip
         notes.append(f"honest test macro-F1 (mean over held-out tasks): {honest_text}")
         rows = [[r["held_out"], "adopt" if r["adopt"] else "keep", r["why"], r["chosen"],
                  "-" if not r["test_macro_f1"] else f"{statistics.fmean(r['test_macro_f1']):.3f}",
@@ -139,25 +161,37 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
     return out
 
 
+def _bars(ax: Any, gain: dict[str, Any], offset: float, width: float, label: str, hatch: str = "") -> list:
+    """One split's paired gains per task and on the mean (± std; red: worse beyond its spread)."""
+    cells = [*gain["per_task"].items(), ("mean", gain["mean"])]
+    means = [d["mean"] if d else 0.0 for _, d in cells]
+    stds = [(d["std"] or 0.0) if d else 0.0 for _, d in cells]
+    colors = ["tab:red" if vetoes(d) else "tab:blue" for _, d in cells]
+    xs = [i + offset for i in range(len(cells))]
+    ax.bar(xs, means, width, yerr=stds, capsize=3, color=colors, hatch=hatch, label=label, edgecolor="white")
+    return [t for t, _ in cells]
+
+
 def plot(payload: dict[str, Any], path: Path) -> None:
     """Per lever, its paired macro-F1 gain per validation task and on the mean (± std; red: worse
-    beyond its spread, the rule's veto)."""
+    beyond its spread, the rule's veto), and beside it, hatched, the same on test where it was scored."""
     plt = report.pyplot()
     pairs = payload["pairs"]
-    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4.6 * len(pairs), 3.6), squeeze=False)
     for ax, pair in zip(axes[0], pairs, strict=True):
-        whole = pair["all_tasks"]
-        cells = [*whole["per_task"].items(), ("mean", whole["mean"])]
-        names = [t for t, _ in cells]
-        means = [d["mean"] if d else 0.0 for _, d in cells]
-        stds = [(d["std"] or 0.0) if d else 0.0 for _, d in cells]
-        vetoed = [vetoes(d) for _, d in cells]
-        ax.bar(names, means, yerr=stds, capsize=3, color=["tab:red" if v else "tab:blue" for v in vetoed])
+        whole, test = pair["all_tasks"], pair.get("test_gain")
+        width = 0.4 if test else 0.8
+        names = _bars(ax, whole, -width / 2 if test else 0.0, width, "validation (the rule)")
+        if test:
+            _bars(ax, test, width / 2, width, "test (shown only)", hatch="//")
+            ax.legend(fontsize=7)
+        ax.set_xticks(range(len(names)), names)
         ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_title(
-            f"{pair['lever']}\n− {pair['base']}: {'adopt' if whole['adopt'] else 'keep'}", fontsize=9
-        )
-        ax.set_ylabel("paired macro-F1 gain (validation)")
+        title = f"{pair['lever']}\n− {pair['base']}: the rule {'adopts' if whole['adopt'] else 'keeps'}"
+        if test and pair["honest_test_macro_f1"] is not None:
+            title += f"; honest test {pair['honest_test_macro_f1']:.3f} (default {test['base_macro_f1']:.3f})"
+        ax.set_title(title, fontsize=8)
+        ax.set_ylabel("paired macro-F1 gain")
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -208,9 +242,10 @@ def main(argv: list[str] | None = None) -> None:
         drift = {
             t: {"lever": d.get(lever), "base": d.get(base)} for t, d in grid.get("label_drift", {}).items()
         }
+        gain = test_gain(test, lever, base, list(validation), renames)
         payload["pairs"].append({"lever": lever, "base": base, "all_tasks": whole, "leave_one_out": rows,
-                                 "honest_test_macro_f1": honest_mean(rows),
-                                 "label_drift": drift})  # fmt: skip
+                                 "honest_test_macro_f1": honest_mean(rows), "label_drift": drift,
+                                 "test_gain": gain})  # fmt: skip
     title = "Quality levers: the adoption rule, leave one task out"
     report.write_all(args.out, args.name, title, report.finish(payload), tables(payload), plot)
 

@@ -62,6 +62,18 @@ def test_leave_one_out_decides_without_the_held_out_task_and_scores_it_on_test()
     assert lever_rule.honest_mean(lever_rule.leave_one_out(GRID, None, "lever", "base", {})) is None
 
 
+def test_the_test_split_gain_is_shown_per_task_and_on_the_mean():
+    test = _table({t: {"base": [0.1 * i, 0.1 * i + 0.02], "renamed-lever": [0.1 * i + 0.05, 0.1 * i]}
+                   for i, t in enumerate("abcd", start=1)})  # fmt: skip
+    gain = lever_rule.test_gain(test, "lever", "base", list("abcd"), {"lever": "renamed-lever"})
+    assert gain is not None
+    assert gain["per_task"]["c"]["diffs"] == pytest.approx([0.05, -0.02])
+    assert gain["mean"]["mean"] == pytest.approx(0.015)
+    assert gain["base_macro_f1"] == pytest.approx(0.26)  # the default's own mean test score
+    assert lever_rule.test_gain(test, "lever", "base", list("abcd"), {}) is None  # no "lever" rows
+    assert lever_rule.test_gain(None, "lever", "base", list("abcd"), {}) is None
+
+
 def test_the_cli_writes_its_tables_and_refuses_an_unknown_pair(tmp_path: Path):
     path = tmp_path / "validation.json"
     path.write_text(json.dumps({"tasks": GRID}))
