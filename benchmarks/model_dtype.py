@@ -17,7 +17,6 @@ writes ``model_dtype.{md,json,png}`` (``model_dtype_amx.*``: the same on a CPU w
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,16 +32,8 @@ TITLE = "PLM number type: float32 against bfloat16 on vLLM"
 DTYPES = ("bfloat16", "float32")
 
 
-@dataclass(frozen=True)
-class Settings:
-    plms: tuple[str, ...] = ("smollm2", "gemma3")
-    n_prompts: int = 32
-    new_tokens: int = 64
-    reps: int = 4
-
-
-def make_settings(quick: bool) -> Settings:
-    return Settings(plms=("smollm2",), n_prompts=16, new_tokens=32, reps=3) if quick else Settings()
+def make_settings(quick: bool) -> gw.PLMWorkload:
+    return gw.PLMWorkload(("smollm2",), n_prompts=16, new_tokens=32, reps=3) if quick else gw.PLMWorkload()
 
 
 def start(plm: str, dtype: str) -> Any:
@@ -50,12 +41,12 @@ def start(plm: str, dtype: str) -> Any:
     return gw.start_vllm(plm, False, dtype=dtype)[0]
 
 
-def one_plm(plm: str, s: Settings) -> dict[str, list[dict]]:
+def one_plm(plm: str, s: gw.PLMWorkload) -> dict[str, list[dict]]:
     starts = {dtype: partial(start, plm, dtype) for dtype in DTYPES}
-    return gw.variants_side_by_side(starts, s.n_prompts, s.new_tokens, s.reps, plm)
+    return gw.variants_side_by_side(starts, s, plm)
 
 
-def measure(s: Settings) -> dict[str, Any]:
+def measure(s: gw.PLMWorkload) -> dict[str, Any]:
     from wasp_vllm.engines.devices import cpu_has_native_bf16, gpu_available, model_dtype
 
     return {
@@ -90,19 +81,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_cli.workload_parser(__doc__, NAME)
-    p.add_argument("--plms", help="comma list of PLMs (default: smollm2,gemma3; quick: smollm2)")
-    p.add_argument("--name", default=NAME, help="file stem of the results, e.g. one per kind of machine")
-    args = p.parse_args(argv)
-
-    def settings() -> Settings:
-        plms = tuple(args.plms.split(",")) if args.plms else None
-        return bench_cli.override(make_settings(args.quick), plms=plms, n_prompts=args.prompts,
-                                  new_tokens=args.new_tokens, reps=args.reps)  # fmt: skip
-
-    payload = bench_cli.measure_or_load(args, argv, __file__, settings, measure)
-    report.write_all(args.out, args.name, TITLE, payload, [table(payload)], plot)
-    return 0
+    return bench_cli.plm_variants_main(argv, __file__, __doc__, TITLE, make_settings, measure, table, plot)
 
 
 if __name__ == "__main__":
