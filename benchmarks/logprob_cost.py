@@ -25,7 +25,6 @@ import bench_cli  # noqa: E402
 import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
 import report  # noqa: E402
 
-NAME = "logprob_cost"
 TITLE = "Cost of the samples' log-probabilities on vLLM"
 VARIANTS = ("plain", "logprobs")
 

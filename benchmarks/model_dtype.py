@@ -27,7 +27,6 @@ import bench_cli  # noqa: E402
 import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
 import report  # noqa: E402
 
-NAME = "model_dtype"
 TITLE = "PLM number type: float32 against bfloat16 on vLLM"
 DTYPES = ("bfloat16", "float32")
 
