@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -269,12 +269,10 @@ def timed_variants(
     """Warm each variant up (its engine with its params), then time the same prompts, per-request
     seeds and exactly ``s.new_tokens`` new tokens on each, alternating, with the prefix cache reset
     before every call.  Variants may share an engine."""
-    import dataclasses
-
     prompts, _ = bench_prompts(s.n_prompts)
     seeds = [1_000 + i for i in range(len(prompts))]
     for v, engine in engines.items():  # warm-up, not timed
-        short = dataclasses.replace(params[v], max_new_tokens=8, min_new_tokens=8)
+        short = replace(params[v], max_new_tokens=8, min_new_tokens=8)
         engine.generate(prompts[:4], [0, 1, 2, 3], short)
 
     def call(engine: Any, p: Any) -> Callable[[], int]:
