@@ -112,6 +112,14 @@ def test_gain(
     return {"per_task": gain["per_task"], "mean": gain["mean"], "base_macro_f1": base_mean}
 
 
+def fold_agreement(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many leave-one-out folds adopt the lever, and which tasks they hold out.  A lever every
+    fold adopts rests on no single task; one that fewer adopt rests on the tasks those folds see
+    (the log-probability ceiling: 2 of 4, and its gain did not carry to the test splits)."""
+    held = [r["held_out"] for r in rows if r["adopt"]]
+    return {"adopting": len(held), "folds": len(rows), "held_out": held}
+
+
 def honest_mean(rows: list[dict[str, Any]]) -> float | None:
     """The mean over held-out tasks of the chosen method's mean test score (None until every task has one)."""
     means = [statistics.fmean(r["test_macro_f1"]) for r in rows if r["test_macro_f1"]]
@@ -136,6 +144,9 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
             notes.append(
                 f"label agreement of the samples, last round − first, lever against default: {cells}"
             )
+        agree = pair["fold_agreement"]
+        holding = f" (those holding out {', '.join(agree['held_out'])})" if agree["held_out"] else ""
+        notes.append(f"leave-one-out folds that adopt it: {agree['adopting']} of {agree['folds']}{holding}")
         honest = pair["honest_test_macro_f1"]
         honest_text = "not yet: some held-out task has no test rows" if honest is None else f"{honest:.3f}"
         if gain := pair.get("test_gain"):
@@ -187,7 +198,9 @@ def plot(payload: dict[str, Any], path: Path) -> None:
             ax.legend(fontsize=7)
         ax.set_xticks(range(len(names)), names)
         ax.axhline(0.0, color="black", linewidth=0.8)
-        title = f"{pair['lever']}\n− {pair['base']}: the rule {'adopts' if whole['adopt'] else 'keeps'}"
+        agree = pair["fold_agreement"]
+        title = (f"{pair['lever']}\n− {pair['base']}: the rule {'adopts' if whole['adopt'] else 'keeps'}"
+                 f" ({agree['adopting']}/{agree['folds']} folds adopt)")  # fmt: skip
         if test and pair["honest_test_macro_f1"] is not None:
             title += f"; honest test {pair['honest_test_macro_f1']:.3f} (default {test['base_macro_f1']:.3f})"
         ax.set_title(title, fontsize=8)
@@ -245,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         gain = test_gain(test, lever, base, list(validation), renames)
         payload["pairs"].append({"lever": lever, "base": base, "all_tasks": whole, "leave_one_out": rows,
                                  "honest_test_macro_f1": honest_mean(rows), "label_drift": drift,
+                                 "fold_agreement": fold_agreement(rows),
                                  "test_gain": gain})  # fmt: skip
     title = "Quality levers: the adoption rule, leave one task out"
     report.write_all(args.out, args.name, title, report.finish(payload), tables(payload), plot)

@@ -59,6 +59,7 @@ def test_leave_one_out_decides_without_the_held_out_task_and_scores_it_on_test()
     assert by["d"]["chosen"] == "lever" and by["d"]["test_macro_f1"] == pytest.approx([0.45, 0.45])
     assert by["a"]["chosen"] == "base" and by["a"]["test_macro_f1"] == pytest.approx([0.1, 0.1])
     assert lever_rule.honest_mean(rows) == pytest.approx((0.1 + 0.2 + 0.3 + 0.45) / 4)
+    assert lever_rule.fold_agreement(rows) == {"adopting": 1, "folds": 4, "held_out": ["d"]}
     assert lever_rule.honest_mean(lever_rule.leave_one_out(GRID, None, "lever", "base", {})) is None
 
 
@@ -80,6 +81,7 @@ def test_the_cli_writes_its_tables_and_refuses_an_unknown_pair(tmp_path: Path):
     lever_rule.main(["--validation", str(path), "--pairs", "lever:base", "--out", str(tmp_path)])
     md = (tmp_path / "lever_rule.md").read_text()
     assert "| d | adopt |" in md and "keep the default (worse beyond its spread on d" in md
+    assert "leave-one-out folds that adopt it: 1 of 4 (those holding out d)" in md
     with pytest.raises(SystemExit, match="both methods must be in every task"):
         lever_rule.main(["--validation", str(path), "--pairs", "lever:nothing", "--out", str(tmp_path)])
 
