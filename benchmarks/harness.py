@@ -82,6 +82,9 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         "WASP, samples above -1.5 nats per token under their PLM regenerated",
         {"max_sample_logprob": -1.5},
     ),
+    # At eps = 4 and M = 100 a single sample's noisy vote is mostly noise; a cluster's gathers more
+    # votes under the same noise (README, the --vote-cluster-size row).
+    ("wasp-vote-clusters", "WASP, votes on clusters of about S = 8 samples", {"vote_cluster_size": 8}),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
@@ -341,6 +344,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "voted_samples": "all",
         "plm_weighting": "votes",
         "pool_label_filter": 0.0,
+        "vote_cluster_size": 0,
         "min_sample_logprob": None,
         "max_sample_logprob": None,
         # the float type each machine computes in (bf16 before, on the CPUs those records ran on)

@@ -135,6 +135,13 @@ class MethodSettings(Role):
         "writes nothing more, so no vote can raise it again: --min-plm-share keeps every PLM writing. A "
         "final vote (--final-vote) always ranks the whole output.",
     )  # fmt: skip
+    vote_cluster_size: int = setting(
+        0, "Vote on clusters of samples instead of single samples: each label's samples are grouped "
+        "by k-means into clusters of about this many, the private records vote on the cluster centres "
+        "(same votes per record, same sensitivity and noise, but one noisy count gathers a cluster's "
+        "votes), and a sample carries its cluster's vote. Public post-processing, no privacy cost. "
+        "0: a vote per sample (the paper).", ge=0,
+    )  # fmt: skip
     example_sets: int = setting(
         4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "
         "prefix cache reuses them (0 = a fresh draw per prompt).", ge=0,

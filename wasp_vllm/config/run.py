@@ -126,6 +126,16 @@ class RunConfig(
                     f"few_shot_examples={self.few_shot_examples} is more than the pool of s={self.s} "
                     "good examples per label it is drawn from"
                 )
+        if self.privacy_unit == "user" and self.max_records_per_user is None:
+            raise ValueError(
+                "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "
+                "not the data's own maximum, which would itself be private"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _vote_levers(self) -> RunConfig:
+        """The settings that act on the votes or on what they choose need a method that uses them."""
         if self.far_votes == "off" and self.later_prompt == "contrastive":
             raise ValueError(
                 "far_votes=off: contrastive prompts show the far pool, which needs H_far; use "
@@ -139,15 +149,14 @@ class RunConfig(
                     f"this run's are zero-shot ({self.strategy}, later_prompt={self.later_prompt}); "
                     "leave it out"
                 )
+        if self.vote_cluster_size and not get_strategy(self.strategy).votes:
+            raise ValueError(
+                f"vote_cluster_size: only for methods that vote, and {self.strategy} does not; leave it out"
+            )
         if self.plm_weighting != "votes" and not get_strategy(self.strategy).reweights:
             raise ValueError(
                 f"plm_weighting={self.plm_weighting}: only for methods whose PLM shares follow the votes, "
                 f"and {self.strategy} keeps them fixed; leave it out"
-            )
-        if self.privacy_unit == "user" and self.max_records_per_user is None:
-            raise ValueError(
-                "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "
-                "not the data's own maximum, which would itself be private"
             )
         return self
 

@@ -25,6 +25,7 @@ from wasp_vllm.engines import Engine, GenerationParams, ModelError
 from wasp_vllm.engines.devices import gpu_available
 from wasp_vllm.engines.embedder import encode_each
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
+from wasp_vllm.pipeline.clusters import cluster_samples, votes_per_sample
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
@@ -165,9 +166,13 @@ class Run:
         """The only step that reads private data; only the noisy histograms leave it."""
         assert self.voting is not None
         labels = np.array([self.ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
+        points, clusters = _embeddings(synth), None
+        if self.cfg.vote_cluster_size:  # public: the synthetic embeddings and the run's seed
+            clusters = cluster_samples(points, labels, self.cfg.vote_cluster_size, self.cfg.seed + t)
+            points, labels = clusters.centres, clusters.labels
         start = time.perf_counter()
         with private_work(self.progress):  # the bar's clock shows public work only
-            votes = self.voting.release(t, _embeddings(synth), labels)
+            votes = self.voting.release(t, points, labels)
         # The time of private work scales with the private data: it stays in the operator's state.
         self.timings["private:voting"] = self.timings.get("private:voting", 0.0) + time.perf_counter() - start
         log.debug(
@@ -176,7 +181,7 @@ class Run:
             self.voting.ledger.spent_epsilon(),
             self.voting.ledger.epsilon,
         )
-        return votes
+        return votes if clusters is None else votes_per_sample(votes, clusters)
 
     def _post_process(self, votes: NoisyVotes, synth: pa.Table, state: RunState) -> None:
         """Next round's pools and PLM weights from the noisy votes (public post-processing)."""
