@@ -37,7 +37,7 @@ def test_clusters_stay_inside_their_label_and_come_in_the_size_asked():
         assert sorted(clusters.centrality[inside].tolist()) == list(range(inside.size))
     again = cluster_samples(_unit(np.random.default_rng(0), labels.size), labels, size=8, seed=3)
     assert (again.members == clusters.members).all()  # the public seed fixes them
-    with pytest.raises(ValueError, match="size must be an integer >= 1"):
+    with pytest.raises(ValueError, match="size must be >= 1, got 0"):
         cluster_samples(_unit(rng, 3), np.zeros(3), size=0, seed=0)
 
 
@@ -81,11 +81,11 @@ def _hits(cluster_size: int, seeds: int = 40) -> float:
     synth = np.concatenate([c + 0.05 * rng.normal(size=(16, 16)) for c in centres]).astype(np.float32)
     private = (centres[0] + 0.05 * rng.normal(size=(33, 16))).astype(np.float32)
     labels, private_labels = np.zeros(80, dtype=np.int64), np.zeros(33, dtype=np.int64)
+    clusters = cluster_samples(synth, labels, cluster_size, seed=0) if cluster_size else None
     hits = []
     for seed in range(seeds):
         noise = np.random.default_rng(seed)
-        if cluster_size:
-            clusters = cluster_samples(synth, labels, cluster_size, seed=0)
+        if clusters is not None:
             votes = noisy_votes(private, private_labels, clusters.centres, clusters.labels, 8, 5.0, noise)
             votes = votes_per_sample(votes, clusters)
         else:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 
+from wasp_vllm.privacy.gaussian import check_int
 from wasp_vllm.privacy.voting import NoisyVotes
 
 # Inside a cluster every sample carries the cluster's vote; this much less per rank (far below any
@@ -40,8 +41,7 @@ class Clusters:
 def cluster_samples(emb: np.ndarray, labels: np.ndarray, size: int, seed: int) -> Clusters:
     """k-means per label with ``ceil(samples / size)`` clusters (one where the label has ``size`` or
     fewer samples), seeded with the run's public ``seed``."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be an integer >= 1, got {size!r}")
+    size = check_int("size", size, 1)
     emb = np.asarray(emb, dtype=np.float32)
     labels = np.asarray(labels)
     if emb.ndim != 2 or labels.shape != (emb.shape[0],):
