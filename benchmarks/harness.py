@@ -85,6 +85,12 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     # At eps = 4 and M = 100 a single sample's noisy vote is mostly noise; a cluster's gathers more
     # votes under the same noise (README, the --vote-cluster-size row).
     ("wasp-vote-clusters", "WASP, votes on clusters of about S = 8 samples", {"vote_cluster_size": 8}),
+    # ... and a pool that takes the top cluster whole shows near-copies: two per cluster at most.
+    (
+        "wasp-cluster-pools",
+        "WASP, votes on clusters of about 8 samples, at most 2 examples from one cluster",
+        {"vote_cluster_size": 8, "pool_per_cluster": 2},
+    ),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
@@ -345,6 +351,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "plm_weighting": "votes",
         "pool_label_filter": 0.0,
         "vote_cluster_size": 0,
+        "pool_per_cluster": 0,
         "min_sample_logprob": None,
         "max_sample_logprob": None,
         # the float type each machine computes in (bf16 before, on the CPUs those records ran on)

@@ -8,12 +8,13 @@ The loop test's generation comes from ``FakeEngineForUnitTests`` and embeddings 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from tests.test_noise import config, run, write_private
 from wasp_vllm.config import RunConfig
-from wasp_vllm.pipeline.clusters import TIE_BREAK, cluster_samples, votes_per_sample
+from wasp_vllm.pipeline.clusters import TIE_BREAK, capped_per_cluster, cluster_samples, votes_per_sample
 from wasp_vllm.pipeline.selection import select_pools
 from wasp_vllm.pipeline.store import RunStore
 from wasp_vllm.privacy.accountant import wasp_sensitivity
@@ -100,6 +101,16 @@ def test_a_cluster_gathers_votes_that_single_samples_lose_in_the_noise():
     assert clustered > 0.9 and clustered > single + 0.3, (single, clustered)
 
 
+def _vote_groups(h_near: np.ndarray) -> np.ndarray:
+    """Each sample's cluster as its vote shows it: the tie-break moves a cluster's samples apart by
+    under 1e-5 and the noise (sigma about 1 or more) its clusters by far more than 1e-4. (Rounding
+    would split a cluster that straddles a rounding boundary.)"""
+    order = np.argsort(h_near, kind="stable")
+    groups = np.empty(h_near.size, dtype=np.int64)
+    groups[order] = np.concatenate([[0], np.cumsum(np.diff(h_near[order]) > 1e-4)])
+    return groups
+
+
 def test_the_loop_votes_on_clusters_and_writes_each_samples_cluster_vote(tmp_path):
     cfg = config(write_private(tmp_path / "p.csv"), vote_cluster_size=6)
     manifest = run(cfg, tmp_path / "out")
@@ -107,10 +118,48 @@ def test_the_loop_votes_on_clusters_and_writes_each_samples_cluster_vote(tmp_pat
     store = RunStore(tmp_path / "out")
     for t in range(cfg.rounds - 1):
         h_near = pq.read_table(store.votes_path(t)).column("h_near").to_numpy()
-        # one noisy value per cluster, about 6 samples each: the tie-break moves a sample by under
-        # 1e-4, so values closer than 1e-3 are one cluster's (rounding would split a group that
-        # straddles a rounding boundary)
-        distinct = 1 + int(np.sum(np.diff(np.sort(h_near)) > 1e-3))
+        distinct = np.unique(_vote_groups(h_near)).size  # one noisy value per cluster, about 6 samples each
         assert distinct <= np.ceil(h_near.size / 6) + 3 and distinct < h_near.size / 3
     with pytest.raises(ValueError, match="vote_cluster_size: only for methods that vote"):
         RunConfig(strategy="fusegen", vote_cluster_size=8)
+
+
+def test_a_cap_keeps_each_clusters_best_voted_samples():
+    members = np.array([0, 0, 0, 1, 1, 2, 0])
+    h_near = np.array([5.0, 7.0, 6.0, 1.0, 1.0, 3.0, 7.0])
+    assert capped_per_cluster(h_near, members, 2).tolist() == [False, True, False, True, True, True, True]
+    assert capped_per_cluster(h_near, members, 1).tolist() == [False, True, False, True, False, True, False]
+    assert capped_per_cluster(h_near, members, 9).all()
+    with pytest.raises(ValueError, match="cap must be >= 1, got 0"):
+        capped_per_cluster(h_near, members, 0)
+    with pytest.raises(ValueError, match="one vote per sample"):
+        capped_per_cluster(h_near[:3], members, 1)
+
+
+def _pool_clusters(out) -> list[list[int]]:
+    """Per label, the vote clusters the final good pool's samples come from (the pool the votes of
+    round 1 chose, over the samples of rounds 0 and 1)."""
+    store = RunStore(out)
+    samples = pa.concat_tables([store.read_round(t) for t in range(2)])
+    votes = pq.read_table(store.votes_path(1))
+    assert votes.column("id").to_pylist() == samples.column("id").to_pylist()
+    groups = _vote_groups(votes.column("h_near").to_numpy())
+    group_of = dict(zip(samples.column("text").to_pylist(), groups, strict=True))
+    state = store.load_state()
+    assert state is not None
+    return [[int(group_of[text]) for text in pool] for pool in state.pools.good.values()]
+
+
+def test_a_capped_pool_takes_at_most_the_cap_from_a_cluster_and_spreads_over_more(tmp_path):
+    private = write_private(tmp_path / "p.csv")
+    spread = {}
+    for cap in (0, 2):  # 20 samples of a label in 4 clusters vote; pools of 6
+        run(config(private, vote_cluster_size=6, pool_per_cluster=cap, s=6), tmp_path / f"cap{cap}")
+        pools = _pool_clusters(tmp_path / f"cap{cap}")
+        assert all(len(pool) >= 4 for pool in pools)  # the far pool's draft may take a few
+        spread[cap] = [len(set(pool)) for pool in pools]
+        most = max(max(pool.count(g) for g in pool) for pool in pools)  # from any one cluster
+        assert most <= 2 if cap else most > 2
+    assert sum(spread[2]) > sum(spread[0]), spread
+    with pytest.raises(ValueError, match="pool_per_cluster: caps the examples per vote cluster"):
+        RunConfig(pool_per_cluster=2)

@@ -142,6 +142,12 @@ class MethodSettings(Role):
         "votes), and a sample carries its cluster's vote. Public post-processing, no privacy cost. "
         "0: a vote per sample (the paper).", ge=0,
     )  # fmt: skip
+    pool_per_cluster: int = setting(
+        0, "With --vote-cluster-size: at most this many of a label's voted examples come from one "
+        "cluster (its most central samples, clusters in the order of their noisy votes), so the "
+        "examples a prompt shows are not all near-copies from the top cluster. Public, no privacy "
+        "cost. 0: no cap (the pool takes the top cluster whole).", ge=0,
+    )  # fmt: skip
     example_sets: int = setting(
         4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "
         "prefix cache reuses them (0 = a fresh draw per prompt).", ge=0,

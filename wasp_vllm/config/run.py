@@ -153,6 +153,10 @@ class RunConfig(
             raise ValueError(
                 f"vote_cluster_size: only for methods that vote, and {self.strategy} does not; leave it out"
             )
+        if self.pool_per_cluster and not self.vote_cluster_size:
+            raise ValueError(
+                "pool_per_cluster: caps the examples per vote cluster; set vote_cluster_size too"
+            )
         if self.plm_weighting != "votes" and not get_strategy(self.strategy).reweights:
             raise ValueError(
                 f"plm_weighting={self.plm_weighting}: only for methods whose PLM shares follow the votes, "

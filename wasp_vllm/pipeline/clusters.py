@@ -79,3 +79,18 @@ def votes_per_sample(votes: NoisyVotes, clusters: Clusters) -> NoisyVotes:
     near = votes.h_near[clusters.members] - offset
     far = None if votes.h_far is None else votes.h_far[clusters.members] - offset
     return NoisyVotes(h_near=near, h_far=far, sigma=votes.sigma, q=votes.q)
+
+
+def capped_per_cluster(h_near: np.ndarray, members: np.ndarray, cap: int) -> np.ndarray:
+    """Boolean mask: each cluster's ``cap`` samples with the highest noisy votes (inside a cluster,
+    the most central ones; ties to the lower row), so a pool spreads over several clusters."""
+    cap = check_int("cap", cap, 1)
+    members = np.asarray(members)
+    if np.shape(h_near) != members.shape:
+        raise ValueError(f"need one vote per sample, got {np.shape(h_near)} and {members.shape}")
+    rows = np.arange(members.size)
+    order = np.lexsort((rows, -np.asarray(h_near, dtype=np.float64), members))  # by cluster, best first
+    first = np.searchsorted(members[order], members[order], side="left")
+    keep = np.zeros(members.size, dtype=bool)
+    keep[order[np.arange(members.size) - first < cap]] = True
+    return keep

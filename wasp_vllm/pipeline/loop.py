@@ -25,7 +25,7 @@ from wasp_vllm.engines import Engine, GenerationParams, ModelError
 from wasp_vllm.engines.devices import gpu_available
 from wasp_vllm.engines.embedder import encode_each
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
-from wasp_vllm.pipeline.clusters import cluster_samples, votes_per_sample
+from wasp_vllm.pipeline.clusters import Clusters, capped_per_cluster, cluster_samples, votes_per_sample
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
@@ -110,9 +110,9 @@ class Run:
         votes, voted, last = None, None, t == self.cfg.rounds - 1
         if self.voting is not None and (not last or self.cfg.final_vote):
             voted = self._voted(new, last)  # shared by voting, selection and the votes file
-            votes = self._release(t, voted)
+            votes, clusters = self._release(t, voted)
             if not last:  # the final vote only weights the output (see _finish)
-                self._post_process(votes, voted, state)
+                self._post_process(votes, voted, state, clusters)
         self._commit(t, new, votes, voted, state, RoundRecord(
             t, dict(zip(self.cfg.plms, quotas.tolist(), strict=True)), weights_before, list(state.weights),
             {p: len(r.rows) for p, r in results.items()}, {p: r.shortfall for p, r in results.items()},
@@ -162,8 +162,8 @@ class Run:
             return new
         return pa.concat_tables([*self.tables, new])
 
-    def _release(self, t: int, synth: pa.Table) -> NoisyVotes:
-        """The only step that reads private data; only the noisy histograms leave it."""
+    def _release(self, t: int, synth: pa.Table) -> tuple[NoisyVotes, Clusters | None]:
+        """The only step that reads private data; only the noisy histograms (and public clusters) leave it."""
         assert self.voting is not None
         labels = np.array([self.ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
         points, clusters = _embeddings(synth), None
@@ -181,9 +181,11 @@ class Run:
             self.voting.ledger.spent_epsilon(),
             self.voting.ledger.epsilon,
         )
-        return votes if clusters is None else votes_per_sample(votes, clusters)
+        return (votes, None) if clusters is None else (votes_per_sample(votes, clusters), clusters)
 
-    def _post_process(self, votes: NoisyVotes, synth: pa.Table, state: RunState) -> None:
+    def _post_process(
+        self, votes: NoisyVotes, synth: pa.Table, state: RunState, clusters: Clusters | None
+    ) -> None:
         """Next round's pools and PLM weights from the noisy votes (public post-processing)."""
         labels_of = self.ctx.task.labels
         texts = synth.column("text").to_pylist()
@@ -193,6 +195,9 @@ class Run:
             assert self.label_reader is not None
             leads = self.label_reader.leads(_embeddings(synth), synth.column("label").to_pylist())
             eligible = clearest_per_label(leads, labels, len(labels_of), self.cfg.pool_label_filter)
+        if clusters is not None and self.cfg.pool_per_cluster:
+            capped = capped_per_cluster(votes.h_near, clusters.members, self.cfg.pool_per_cluster)
+            eligible = capped if eligible is None else eligible & capped
         chosen = select_pools(votes.h_near, votes.h_far, labels, self.cfg.s, len(labels_of), eligible)
         state.pools = Pools(
             good={labels_of[c]: [texts[i] for i in p.good] for c, p in chosen.items()},
