@@ -91,6 +91,13 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         "WASP, votes on clusters of about 8 samples, at most 2 examples from one cluster",
         {"vote_cluster_size": 8, "pool_per_cluster": 2},
     ),
+    # Examples the private data chose narrow the data (FID up), zero-shot prompts widen it and lose
+    # label agreement: half of each, to keep what each gains.
+    (
+        "wasp-cluster-pools-half",
+        "WASP, cluster pools (8, 2 per cluster), half the later prompts zero-shot",
+        {"vote_cluster_size": 8, "pool_per_cluster": 2, "zero_shot_share": 0.5},
+    ),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
