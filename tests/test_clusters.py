@@ -163,3 +163,5 @@ def test_a_capped_pool_takes_at_most_the_cap_from_a_cluster_and_spreads_over_mor
     assert sum(spread[2]) > sum(spread[0]), spread
     with pytest.raises(ValueError, match="pool_per_cluster: caps the examples per vote cluster"):
         RunConfig(pool_per_cluster=2)
+    with pytest.raises(ValueError, match="pool_per_cluster: only for methods whose prompts after round 0"):
+        RunConfig(vote_cluster_size=8, pool_per_cluster=2, later_prompt="zero_shot")

@@ -142,7 +142,8 @@ class RunConfig(
                 "far_votes=on (or auto), or later_prompt=few_shot"
             )
         shows_examples = self.later_prompt != "zero_shot" and get_strategy(self.strategy).votes
-        for name in ("zero_shot_share", "pool_label_filter"):  # both act on the voted examples
+        # All three act on the voted examples, so a run whose later prompts show none has no use for them.
+        for name in ("zero_shot_share", "pool_label_filter", "pool_per_cluster"):
             if getattr(self, name) and not shows_examples:
                 raise ValueError(
                     f"{name}: only for methods whose prompts after round 0 show voted examples, and "
