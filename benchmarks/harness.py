@@ -98,6 +98,13 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         "WASP, cluster pools (8, 2 per cluster), half the later prompts zero-shot",
         {"vote_cluster_size": 8, "pool_per_cluster": 2, "zero_shot_share": 0.5},
     ),
+    # The far votes (paid for under few-shot prompts, which show no far pool) carry more signal than
+    # the near votes after round 0, and flag samples off the private data's topic.
+    (
+        "wasp-far-filter",
+        "WASP, good examples from the half of each label's samples the far votes put nearest",
+        {"pool_far_filter": 0.5},
+    ),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
@@ -357,6 +364,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "voted_samples": "all",
         "plm_weighting": "votes",
         "pool_label_filter": 0.0,
+        "pool_far_filter": 0.0,
         "vote_cluster_size": 0,
         "pool_per_cluster": 0,
         "min_sample_logprob": None,

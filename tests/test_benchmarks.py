@@ -205,15 +205,16 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
     as_before = path()
     off = {"label_prior_smoothing": 0.0, "label_prior_floor": 0.0, "zero_shot_share": 0.0,
            "voted_samples": "all", "pool_label_filter": 0.0, "min_sample_logprob": None,
-           "max_sample_logprob": None, "vote_cluster_size": 0, "pool_per_cluster": 0}  # fmt: skip
+           "max_sample_logprob": None, "vote_cluster_size": 0, "pool_per_cluster": 0,
+           "pool_far_filter": 0.0}  # fmt: skip
     assert path(later_prompt="few_shot", **off) == as_before
     changed = [path(later_prompt="zero_shot"), path(label_prior="private", label_prior_smoothing=0.5),
                path(label_prior="private", label_prior_floor=0.5),
                path(few_shot_examples=4), path(zero_shot_share=0.5), path(far_votes="auto"),
                path(voted_samples="newest"), path(pool_label_filter=0.5),
                path(max_sample_logprob=-1.25), path(vote_cluster_size=8),
-               path(vote_cluster_size=8, pool_per_cluster=2)]  # fmt: skip
-    assert len({as_before, *changed}) == 12
+               path(vote_cluster_size=8, pool_per_cluster=2), path(pool_far_filter=0.5)]  # fmt: skip
+    assert len({as_before, *changed}) == 13
     # Both histograms, as every run released before far_votes existed: the old records stay valid
     # (--far-votes auto makes these two release both, or nothing).
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)

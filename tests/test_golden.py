@@ -80,7 +80,7 @@ ADDED_SETTINGS = {"prompt_style": "paper", "quality_gate": False, "label_prior":
                   "zero_shot_share": 0.0, "far_votes": "on", "voted_samples": "all",
                   "plm_weighting": "votes", "pool_label_filter": 0.0, "min_sample_logprob": None,
                   "max_sample_logprob": None, "vote_cluster_size": 0,
-                  "pool_per_cluster": 0}  # fmt: skip
+                  "pool_per_cluster": 0, "pool_far_filter": 0.0}  # fmt: skip
 #: Fields added to the privacy plan since: both histograms released, as before the field existed.
 ADDED_PLAN_FIELDS = {"histograms": 2}
 

@@ -11,6 +11,7 @@ import math
 import re
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -22,6 +23,7 @@ from wasp_vllm.evaluation.settings import EvalSettings
 from wasp_vllm.pipeline import Run, prepare
 from wasp_vllm.pipeline.context import privacy_plan
 from wasp_vllm.pipeline.label_check import LabelCheck
+from wasp_vllm.pipeline.store import RunStore
 from wasp_vllm.privacy.accountant import EXACT
 from wasp_vllm.tasks import get_task
 
@@ -180,6 +182,41 @@ def test_the_pool_label_filter_needs_prompts_that_show_examples():
         RunConfig(strategy="fusegen", pool_label_filter=0.5)
     with pytest.raises(ValueError, match="less than or equal to 0.9"):
         RunConfig(pool_label_filter=0.95)
+
+
+def _far_ranks_of_examples(out) -> list[int]:
+    """For each sample of the last good pools, its rank by noisy far vote among its label's samples
+    (0: the one the far votes put furthest), from the votes that chose those pools (round 1's)."""
+    store = RunStore(out)
+    samples = pa.concat_tables([store.read_round(t) for t in range(2)])
+    far = pq.read_table(store.votes_path(1)).column("h_far").to_numpy()
+    texts, labels = samples.column("text").to_pylist(), samples.column("label").to_pylist()
+    state = store.load_state()
+    assert state is not None
+    ranks = []
+    for label, pool in state.pools.good.items():
+        rows = [i for i, lab in enumerate(labels) if lab == label]
+        order = sorted(rows, key=lambda i: (-far[i], -i))  # the filter's order: ties set aside the higher row
+        ranks += [order.index(texts.index(text)) for text in pool]
+    return ranks
+
+
+def test_the_pool_far_filter_keeps_the_samples_the_far_votes_flag_out_of_the_prompts(tmp_path):
+    """Without the filter the near votes (mostly noise at eps 4) put samples that the far votes rank
+    in each label's furthest half into the good pools; --pool-far-filter 0.5 sets that half aside."""
+    for share in (0.0, 0.5):
+        (tmp_path / str(share)).mkdir()
+        run(tmp_path / str(share), label_check="off", s=6, pool_far_filter=share)
+        ranks = _far_ranks_of_examples(tmp_path / str(share) / "out")
+        assert len(ranks) >= 12, ranks  # pools of up to 6 from 20 samples per label
+        flagged = sum(rank < 10 for rank in ranks)  # 20 samples of a label: half set aside
+        assert flagged == 0 if share else flagged > 0, (share, ranks)
+    with pytest.raises(ValueError, match="pool_far_filter: filters the examples by the far votes"):
+        RunConfig(pool_far_filter=0.5, far_votes="off")
+    with pytest.raises(ValueError, match="pool_far_filter: only for methods whose prompts"):
+        RunConfig(pool_far_filter=0.5, later_prompt="zero_shot")
+    assert RunConfig(pool_far_filter=0.5, far_votes="auto").far_votes == "on"  # the filter uses them
+    assert RunConfig(far_votes="auto").far_votes == "off"  # few-shot prompts alone do not
 
 
 def test_a_private_label_prior_is_paid_for_and_shapes_the_labels(tmp_path):

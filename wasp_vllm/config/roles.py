@@ -125,7 +125,8 @@ class MethodSettings(Role):
         "on", "Whether each vote also releases H_far, the votes for the samples furthest from the "
         "private records: 'on' (the paper: H_near and H_far every round), 'off' (H_near only: half the "
         "sensitivity squared, so less noise on the votes for the same epsilon; not with contrastive "
-        "prompts, which show the far pool), or 'auto' ('on' for contrastive prompts, else 'off'). "
+        "prompts, which show the far pool, nor with --pool-far-filter), or 'auto' ('on' for contrastive "
+        "prompts or --pool-far-filter, else 'off'). "
         "'auto' was measured on four tasks' validation splits and not adopted (README, quality levers).",
     )  # fmt: skip
     voted_samples: Literal["all", "newest"] = setting(
@@ -182,6 +183,14 @@ class MethodSettings(Role):
         "smallest lead of the label's own description over the others', as --label-check measures it), "
         "so the prompts show samples that carry their label clearly. Public, no privacy cost. 0: the "
         "votes choose among all of them (the paper).", ge=0, le=0.9,
+    )  # fmt: skip
+    pool_far_filter: float = setting(
+        0.0, "Methods whose prompts after round 0 show voted examples: before the votes choose a label's "
+        "good examples, set aside this share of the label's samples that the noisy far votes (H_far: "
+        "how many private records rank a sample among their furthest) put furthest from the private "
+        "data, such as samples off the task's topic. Uses the far votes the run releases anyway "
+        "(--far-votes on): public post-processing, no privacy cost. 0: the near votes choose among all "
+        "of them (the paper).", ge=0, le=0.9,
     )  # fmt: skip
     prompt_style: Literal["paper", "short"] = setting(
         "paper", "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs)."

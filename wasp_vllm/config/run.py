@@ -78,8 +78,9 @@ class RunConfig(
     @model_validator(mode="before")
     @classmethod
     def _resolve_far_votes(cls, data: Any) -> Any:
-        """'auto' becomes 'on' where the prompts after round 0 show the far pool (contrastive), else
-        'off': a histogram no prompt uses is neither released nor paid for."""
+        """'auto' becomes 'on' where the prompts after round 0 show the far pool (contrastive) or the
+        far votes filter the examples (pool_far_filter), else 'off': a histogram no step uses is
+        neither released nor paid for."""
         default = cls.model_fields["far_votes"].default
         if not isinstance(data, dict) or data.get("far_votes", default) != "auto":
             return data
@@ -88,7 +89,8 @@ class RunConfig(
             later = get_strategy(strategy).resolve_later_prompt(data.get("later_prompt", "auto"))
         except ValueError:
             return data  # the other checks name the unknown method or the prompt it cannot take
-        return {**data, "far_votes": "on" if later is PromptKind.CONTRASTIVE else "off"}
+        uses_far = later is PromptKind.CONTRASTIVE or bool(data.get("pool_far_filter"))
+        return {**data, "far_votes": "on" if uses_far else "off"}
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -141,9 +143,14 @@ class RunConfig(
                 "far_votes=off: contrastive prompts show the far pool, which needs H_far; use "
                 "far_votes=on (or auto), or later_prompt=few_shot"
             )
+        if self.far_votes == "off" and self.pool_far_filter:
+            raise ValueError(
+                "pool_far_filter: filters the examples by the far votes, which far_votes=off does not "
+                "release; use far_votes=on (or auto)"
+            )
         shows_examples = self.later_prompt != "zero_shot" and get_strategy(self.strategy).votes
-        # All three act on the voted examples, so a run whose later prompts show none has no use for them.
-        for name in ("zero_shot_share", "pool_label_filter", "pool_per_cluster"):
+        # All four act on the voted examples, so a run whose later prompts show none has no use for them.
+        for name in ("zero_shot_share", "pool_label_filter", "pool_far_filter", "pool_per_cluster"):
             if getattr(self, name) and not shows_examples:
                 raise ValueError(
                     f"{name}: only for methods whose prompts after round 0 show voted examples, and "

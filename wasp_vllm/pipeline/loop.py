@@ -46,6 +46,7 @@ from wasp_vllm.pipeline.store import (
     RunStore,
     sample_schema,
     sha256_file,
+    stored_embeddings,
     write_json,
     write_parquet,
     write_text,
@@ -59,12 +60,6 @@ log = logging.getLogger(__name__)
 
 #: ``engine_factory(plm_spec, cfg) -> Engine``: how the run gets one engine per PLM.
 EngineFactory = Callable[[str, Any], Engine]
-
-
-def _embeddings(samples: pa.Table) -> np.ndarray:
-    """[rows, dim] float32: a sample table's stored embeddings."""
-    flat = np.asarray(samples.column("embedding").combine_chunks().flatten(), dtype=np.float32)
-    return flat.reshape(samples.num_rows, -1)
 
 
 class Run:
@@ -166,7 +161,7 @@ class Run:
         """The only step that reads private data; only the noisy histograms (and public clusters) leave it."""
         assert self.voting is not None
         labels = np.array([self.ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
-        points, clusters = _embeddings(synth), None
+        points, clusters = stored_embeddings(synth), None
         if self.cfg.vote_cluster_size:  # public: the synthetic embeddings and the run's seed
             clusters = cluster_samples(points, labels, self.cfg.vote_cluster_size, self.cfg.seed + t)
             points, labels = clusters.centres, clusters.labels
@@ -190,14 +185,7 @@ class Run:
         labels_of = self.ctx.task.labels
         texts = synth.column("text").to_pylist()
         labels = np.array([labels_of.index(x) for x in synth.column("label").to_pylist()])
-        eligible = None
-        if self.cfg.pool_label_filter:
-            assert self.label_reader is not None
-            leads = self.label_reader.leads(_embeddings(synth), synth.column("label").to_pylist())
-            eligible = clearest_per_label(leads, labels, len(labels_of), self.cfg.pool_label_filter)
-        if clusters is not None and self.cfg.pool_per_cluster:
-            capped = capped_per_cluster(votes.h_near, clusters.members, self.cfg.pool_per_cluster)
-            eligible = capped if eligible is None else eligible & capped
+        eligible = self._eligible(votes, synth, labels, clusters)
         chosen = select_pools(votes.h_near, votes.h_far, labels, self.cfg.s, len(labels_of), eligible)
         state.pools = Pools(
             good={labels_of[c]: [texts[i] for i in p.good] for c, p in chosen.items()},
@@ -213,6 +201,22 @@ class Run:
             state.weights = weights.tolist()
             state.renormalise()  # a dropped PLM's old samples still get votes
 
+    def _eligible(
+        self, votes: NoisyVotes, synth: pa.Table, labels: np.ndarray, clusters: Clusters | None
+    ) -> np.ndarray | None:
+        """The samples a good pool may take (None: all); each filter the run asks for sets some aside."""
+        cfg, n_labels, masks = self.cfg, len(self.ctx.task.labels), []
+        if cfg.pool_label_filter:  # the public label check's lead: how clearly a sample reads as its label
+            assert self.label_reader is not None
+            leads = self.label_reader.leads(stored_embeddings(synth), synth.column("label").to_pylist())
+            masks.append(clearest_per_label(leads, labels, n_labels, cfg.pool_label_filter))
+        if cfg.pool_far_filter:  # the noisy far votes, released anyway (the config asks for them)
+            assert votes.h_far is not None
+            masks.append(clearest_per_label(-votes.h_far, labels, n_labels, cfg.pool_far_filter))
+        if clusters is not None and cfg.pool_per_cluster:
+            masks.append(capped_per_cluster(votes.h_near, clusters.members, cfg.pool_per_cluster))
+        return np.logical_and.reduce(masks) if masks else None
+
     def _commit(
         self,
         t: int,
@@ -222,25 +226,21 @@ class Run:
         state: RunState,
         record: RoundRecord,
     ) -> None:
+        written = {self.store.round_path(t): new}
         if votes is not None and voted is not None:
-            columns = {"id": voted.column("id"), "h_near": votes.h_near}
-            if votes.h_far is not None:  # released only where the prompts show the far pool
-                columns["h_far"] = votes.h_far
-            table = pa.table(columns)
-            state.checksums[self.store.votes_path(t).name] = self._timed(
-                "io", write_parquet, self.store.votes_path(t), table
+            far = {} if votes.h_far is None else {"h_far": votes.h_far}  # released only where a step uses it
+            written[self.store.votes_path(t)] = pa.table(
+                {"id": voted.column("id"), "h_near": votes.h_near, **far}
             )
-        state.checksums[self.store.round_path(t).name] = self._timed(
-            "io", write_parquet, self.store.round_path(t), new
-        )
+        for path, table in written.items():  # the state, saved last, commits them
+            state.checksums[path.name] = self._timed("io", write_parquet, path, table)
         state.rounds.append(record)
         state.timings = dict(self.timings)
         self._timed("io", self.store.save_state, state)
         self.tables.append(new)
-        spent = state.ledger.spent_epsilon()
         log.info(
-            "round %d: %d samples; weights %s; epsilon spent %.3g of %g",
-            t, new.num_rows, np.round(state.weights, 3).tolist(), spent, state.ledger.epsilon,
+            "round %d: %d samples; weights %s; epsilon spent %.3g of %g", t, new.num_rows,
+            np.round(state.weights, 3).tolist(), state.ledger.spent_epsilon(), state.ledger.epsilon,
         )  # fmt: skip
 
     # -- starting, resuming, finishing -------------------------------------------------------
@@ -344,19 +344,16 @@ class Run:
 
     def _open_engines(self, state: RunState) -> None:
         for name in state.active:
-            start = time.perf_counter()
-            try:
-                self.engines[name] = self.engine_factory(name, self.cfg)
-                self.engine_kinds[name] = engine_kind(self.engines[name])
-            except ModelError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a model that passed the cheap checks but will not load
-                raise ModelError(
-                    f"PLM {name} could not be loaded ({type(exc).__name__}); see the log"
-                ) from exc
-            self.timings[f"startup:{name}"] = (
-                self.timings.get(f"startup:{name}", 0.0) + time.perf_counter() - start
-            )
+            self.engines[name] = self._timed(f"startup:{name}", self._load_engine, name)
+            self.engine_kinds[name] = engine_kind(self.engines[name])
+
+    def _load_engine(self, name: str) -> Engine:
+        try:
+            return self.engine_factory(name, self.cfg)
+        except ModelError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a model that passed the cheap checks but will not load
+            raise ModelError(f"PLM {name} could not be loaded ({type(exc).__name__}); see the log") from exc
 
     def _timed(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
         start = time.perf_counter()

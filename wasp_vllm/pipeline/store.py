@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -75,6 +76,12 @@ def sample_schema(dim: int | None = None) -> pa.Schema:
     if dim is not None:
         fields.append(pa.field("embedding", pa.list_(pa.float32(), dim)))
     return pa.schema(fields)
+
+
+def stored_embeddings(samples: pa.Table) -> np.ndarray:
+    """[rows, dim] float32: the embeddings a sample table (``sample_schema(dim)``) holds."""
+    flat = np.asarray(samples.column("embedding").combine_chunks().flatten(), dtype=np.float32)
+    return flat.reshape(samples.num_rows, -1)
 
 
 def _atomic_write(path: Path, write: Callable[[Path], object], mode: int = 0o644) -> None:
