@@ -190,7 +190,8 @@ class MethodSettings(Role):
         "how many private records rank a sample among their furthest) put furthest from the private "
         "data, such as samples off the task's topic. Uses the far votes the run releases anyway "
         "(--far-votes on): public post-processing, no privacy cost. 0: the near votes choose among all "
-        "of them (the paper).", ge=0, le=0.9,
+        "of them (the paper). 0.5 was measured on four tasks' validation splits and not adopted "
+        "(README, quality levers).", ge=0, le=0.9,
     )  # fmt: skip
     prompt_style: Literal["paper", "short"] = setting(
         "paper", "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs)."
