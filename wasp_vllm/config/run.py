@@ -27,6 +27,23 @@ from wasp_vllm.strategies import STRATEGIES, get_strategy
 from wasp_vllm.tasks.spec import PromptKind
 
 
+def _needs_far_votes(later_prompt: str, pool_far_filter: float) -> list[str]:
+    """The steps of a run that use H_far, each as the error that far_votes=off meets (empty: none
+    does): the one list that both far_votes=auto (released where one does) and the check read."""
+    needs = []
+    if later_prompt == PromptKind.CONTRASTIVE.value:
+        needs.append(
+            "far_votes=off: contrastive prompts show the far pool, which needs H_far; use "
+            "far_votes=on (or auto), or later_prompt=few_shot"
+        )
+    if pool_far_filter:
+        needs.append(
+            "pool_far_filter: filters the examples by the far votes, which far_votes=off does not "
+            "release; use far_votes=on (or auto)"
+        )
+    return needs
+
+
 # pydantic lists the fields of several bases last base first: this order shows `--help` and the
 # schema in reading order (what, data, privacy, method, sampling, engines).
 class RunConfig(
@@ -89,7 +106,7 @@ class RunConfig(
             later = get_strategy(strategy).resolve_later_prompt(data.get("later_prompt", "auto"))
         except ValueError:
             return data  # the other checks name the unknown method or the prompt it cannot take
-        uses_far = later is PromptKind.CONTRASTIVE or bool(data.get("pool_far_filter"))
+        uses_far = _needs_far_votes(later.value, data.get("pool_far_filter") or 0.0)
         return {**data, "far_votes": "on" if uses_far else "off"}
 
     @model_validator(mode="after")
@@ -138,16 +155,9 @@ class RunConfig(
     @model_validator(mode="after")
     def _vote_levers(self) -> RunConfig:
         """The settings that act on the votes or on what they choose need a method that uses them."""
-        if self.far_votes == "off" and self.later_prompt == "contrastive":
-            raise ValueError(
-                "far_votes=off: contrastive prompts show the far pool, which needs H_far; use "
-                "far_votes=on (or auto), or later_prompt=few_shot"
-            )
-        if self.far_votes == "off" and self.pool_far_filter:
-            raise ValueError(
-                "pool_far_filter: filters the examples by the far votes, which far_votes=off does not "
-                "release; use far_votes=on (or auto)"
-            )
+        needs_far = _needs_far_votes(self.later_prompt, self.pool_far_filter)
+        if self.far_votes == "off" and needs_far:
+            raise ValueError(needs_far[0])
         shows_examples = self.later_prompt != "zero_shot" and get_strategy(self.strategy).votes
         # All four act on the voted examples, so a run whose later prompts show none has no use for them.
         for name in ("zero_shot_share", "pool_label_filter", "pool_far_filter", "pool_per_cluster"):
