@@ -201,7 +201,7 @@ def use_fake_backends(monkeypatch, engines: dict | None = None) -> dict:
     monkeypatch.setattr(
         "wasp_vllm.pipeline.default_backends", lambda cfg: Backends(factory, HashEmbedderForTests())
     )
-    monkeypatch.setattr("wasp_vllm.engines.registry.check_plms", lambda specs, kind: None)
+    monkeypatch.setattr("wasp_vllm.engines.registry.check_plms", lambda specs, kind, **_: None)
     monkeypatch.setattr(
         "wasp_vllm.engines.embedder.resolve_embedder", lambda spec: ("hash-embedder-for-tests", None)
     )

@@ -6,6 +6,7 @@ PublishSettings), with the model's help and default."""
 from __future__ import annotations
 
 import enum
+import json
 
 import pytest
 import typer.main
@@ -93,6 +94,8 @@ def test_evaluate_options_reach_its_settings(monkeypatch, tmp_path):
         raise ValueError("stop here")
 
     monkeypatch.setattr("wasp_vllm.evaluation.evaluate_synthetic", stop)
+    (tmp_path / "s.parquet").write_bytes(b"")  # only its existence is checked before `stop`
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": {"task": "drugs"}}))  # the run's task
     args = ["evaluate", "--synthetic", str(tmp_path / "s.parquet"), "--test", "drugs", "--m", "7",
             "--no-weights", "--model", "logreg", "--reference", "drugs:fit",
             "--reference-public"]  # fmt: skip

@@ -115,7 +115,11 @@ def test_a_gpu_box_plans_for_the_gpu_and_a_missing_model_says_how_to_get_it(monk
     result = CliRunner().invoke(
         app, ["generate", "--plms", "llama3,qwen", "--dry-run"], env={"COLUMNS": "200"}
     )
-    assert result.exit_code == 0 and "hf download meta-llama/Llama-3.1-8B-Instruct" in result.output
+    # A plan that prints is a run that starts: both missing PLMs named on one error line, exit 2.
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "2 PLMs cannot be used here" in lines[0], result.output
+    assert "hf download meta-llama/Llama-3.1-8B-Instruct" in lines[0] and "'qwen'" in lines[0]
 
 
 def test_bad_settings_are_still_one_clear_error():

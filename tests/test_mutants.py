@@ -60,8 +60,8 @@ MUTANTS = {
         "wasp_vllm/pipeline/context.py",
         (
             (
-                "    validate_against_data(cfg, strategy, task, private)\n",
-                "    validate_against_data(cfg, strategy, task, private)\n"
+                "    private = draw_records(private, cfg.private_limit, cfg.seed, cap)\n",
+                "    private = draw_records(private, cfg.private_limit, cfg.seed, cap)\n"
                 "    __import__('logging').getLogger('wasp_vllm').debug('%s', private.texts[0].lower())\n",
             ),
         ),

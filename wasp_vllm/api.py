@@ -18,6 +18,7 @@ again (the run checks its keyed fingerprint).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError, RunConfig, build_config, build_settings, read_config_file
+from wasp_vllm.config.checks import check_writable_folder
 from wasp_vllm.pipeline.store import PUBLISHED, RunStore
 
 if TYPE_CHECKING:
@@ -158,9 +160,14 @@ def plan(
 
     Reads settings and public facts only: the private data is never opened (not even its size) and
     no model is loaded.  ``print(plan(...).to_dict())`` or ``wasp-vllm generate ... --dry-run``."""
+    from wasp_vllm.pipeline.context import check_run, check_run_models
     from wasp_vllm.pipeline.estimate import plan_run
 
-    return plan_run(run_config(private, config, settings))
+    cfg = run_config(private, config, settings)
+    # The run's own checks (prepare makes them too), so a plan that prints is a run that starts.
+    check_run(cfg, private_given=private_name(private) == IN_MEMORY)  # the data itself stays unread
+    check_run_models(cfg, dequantize=False)
+    return plan_run(cfg)
 
 
 def generate(
@@ -190,6 +197,7 @@ def generate(
         raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
     cfg = run_config(private, config, settings)
     RunStore(out).check(resume=resume, overwrite=overwrite)
+    check_writable_folder(out, "--out")
     # Every check (settings, data, model names, out) runs before the first model loads.
     ctx = prepare(cfg, check_models=backends is None, private_table=as_table(private))
     _log_plan(ctx)
@@ -220,17 +228,38 @@ def _log_plan(ctx: Any) -> None:
     )  # fmt: skip
 
 
+def synthetic_task(synthetic: Path, task: str | None) -> str:
+    """The task an evaluation scores ``synthetic`` on: ``task`` when given, else the one its run's
+    manifest (beside it) names; never a default the user did not choose."""
+    if not synthetic.is_file():
+        what = "not a file" if synthetic.exists() else "file not found"
+        raise ConfigError(f"{synthetic}: {what} (pass the synthetic.parquet a run wrote)")
+    manifest = synthetic.parent / "manifest.json"
+    recorded = None
+    if manifest.is_file():
+        try:
+            recorded = json.loads(manifest.read_text())["config"]["task"]
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(f"{manifest} is not a wasp-vllm manifest: pass --task") from None
+    if task is None and recorded is None:
+        raise ConfigError(f"no manifest.json beside {synthetic} names its task: pass --task NAME or FILE")
+    if task is not None and recorded is not None and task != recorded:
+        log.warning("scoring on task %s, though the run generated for task %s", task, recorded)
+    return task if task is not None else str(recorded)
+
+
 def evaluate(
     synthetic: RunResult | str | Path,
     *,
     test: Any,
-    task: str = "drugs",
+    task: str | None = None,
     private: Any = None,
     embedder: Any = None,
     **settings: Any,
 ) -> SyntheticScores:
     """Train a task model on the synthetic set and score it on real test data (see ``evaluate``).
 
+    ``task`` defaults to the one the run's manifest (beside the synthetic file) names.
     ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the
     operator's FID against the raw private records, in the report's ``operator_only`` section.
     ``reference=`` adds the label agreement, also in ``operator_only`` unless
@@ -242,7 +271,11 @@ def evaluate(
     from wasp_vllm.evaluation.settings import EvalSettings
 
     path = synthetic.synthetic_path if isinstance(synthetic, RunResult) else Path(synthetic)
-    values = {"test": str(test), "task": task, "private": None if private is None else str(private)}
+    values = {
+        "test": str(test),
+        "task": synthetic_task(path, task),
+        "private": None if private is None else str(private),
+    }
     if isinstance(embedder, str):
         values["embedder"] = embedder
     ready = None if embedder is None or isinstance(embedder, str) else embedder

@@ -110,15 +110,38 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def os_error_line(exc: OSError) -> str:
+    """An operating-system error as the user can act on it: what failed, on which path.
+
+    ``str(exc)`` of an OSError is ``[Errno 2] No such file or directory: 'x'``; the errno is noise
+    and a folder removed under a running run reads better as "no longer exists"."""
+    what = exc.strerror or type(exc).__name__
+    path = exc.filename
+    if path is None:
+        return str(exc) or what
+    if (
+        isinstance(exc, FileNotFoundError)
+        and Path(path).parent != Path(path)
+        and not Path(path).parent.exists()
+    ):
+        return f"{path}: its folder {Path(path).parent} no longer exists (removed while the command ran?)"
+    return f"{path}: {what.lower()}"
+
+
 @contextmanager
 def friendly_errors() -> Iterator[None]:
-    """A user's mistake gets one clear line and exit code 2, not a traceback."""
-    errors: tuple[type[BaseException], ...] = (*_user_errors(), ValueError)  # ValueError: inside the library
+    """A user's mistake, or a file or folder that fails under the command (unwritable, removed,
+    full disk), gets one clear line and exit code 2, not a traceback; ``-v`` adds the traceback."""
+    # ValueError: inside the library; OSError: a file or folder that failed under the command
+    errors: tuple[type[BaseException], ...] = (*_user_errors(), ValueError, OSError)
     try:
         yield
     except errors as exc:
+        if log.isEnabledFor(logging.DEBUG):  # -v: the operator's own output, traceback included
+            console.print_exception()
+        text = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
         # One line: escaped (a path or label list may hold [brackets]) and never wrapped.
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        message = " ".join(text.split()) or type(exc).__name__
         console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
@@ -163,11 +186,27 @@ def generate(
             print_plan(plan(config=config, **settings), Console())
             return
 
-        with chatter_to_file(verbose, out) as chatter, _progress() as progress:
+        with chatter_to_file(verbose, out) as chatter, _progress() as progress, _out_kept(out):
             result = generate_run(
                 out=out, config=config, resume=resume, overwrite=overwrite, progress=progress, **settings
             )
         _print_summary(result.manifest, out, chatter)
+
+
+@contextmanager
+def _out_kept(out: Path) -> Iterator[None]:
+    """A file error while the run's folder is gone means the folder was removed under the run: say
+    that, not which of its files the store happened to be writing."""
+    try:
+        yield
+    except OSError as exc:
+        if out.is_dir():
+            raise
+        from wasp_vllm.pipeline.store import CheckpointError
+
+        raise CheckpointError(
+            f"--out {out} was removed while the run ran; start it again (nothing of it is left)"
+        ) from exc
 
 
 @contextmanager

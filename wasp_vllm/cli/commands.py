@@ -38,8 +38,12 @@ def evaluate(
     """Train a task model on the synthetic set and score it on real test data (accuracy, macro-F1, FID)."""
     setup_logging(False)
     with friendly_errors():
+        from wasp_vllm.api import synthetic_task
         from wasp_vllm.evaluation import evaluate_synthetic
 
+        # The run's own task unless --task names another: a default task would score on labels the
+        # user never chose.
+        settings["task"] = synthetic_task(synthetic, settings.get("task"))
         # An EvaluationError is a ValueError: friendly_errors turns it into one line and exit 2.
         report = evaluate_synthetic(synthetic, build_settings(EvalSettings, settings))
         _print_report(report, out)

@@ -11,6 +11,7 @@ import typer
 from wasp_vllm.cli.app import app, console, friendly_errors, setup_logging
 from wasp_vllm.cli.options import settings_command
 from wasp_vllm.config import build_settings
+from wasp_vllm.config.checks import check_writable_folder
 from wasp_vllm.publish.settings import PublishSettings
 
 
@@ -36,6 +37,7 @@ def publish(
         from wasp_vllm.publish import push_to_hub as push
 
         chosen = build_settings(PublishSettings, settings)
+        check_writable_folder(dest, "DEST")  # before anything is staged beside it
         files = publish_run(
             run_dir, dest, overwrite=overwrite, allow_void_epsilon=chosen.allow_void_epsilon,
             license=chosen.license,

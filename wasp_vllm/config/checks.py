@@ -1,0 +1,41 @@
+"""Checks on the machine a command runs on, made before any work starts: folders it will write.
+
+A folder that cannot be written would otherwise fail minutes later, after the models loaded, with
+an ``OSError`` from deep inside the store; here it is one line that names the folder and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from wasp_vllm.config.fields import ConfigError
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists: the folder a ``mkdir -p`` would write into."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def check_writable_folder(path: str | Path, option: str) -> None:
+    """Refuse a folder (``option`` names the setting) that could not be created or written.
+
+    ``os.access`` answers for the real uid, which is what the writes will use; a read-only file
+    system (or /proc) is caught by the ``statvfs`` flag, which ``os.access`` ignores as root.
+    """
+    target = Path(path).expanduser().absolute()
+    base = _nearest_existing(target)
+    if not base.is_dir():
+        raise ConfigError(f"{option} {path}: {base} exists and is not a folder; choose another path")
+    read_only = bool(os.statvfs(base).f_flag & os.ST_RDONLY)
+    if read_only or not os.access(base, os.W_OK | os.X_OK) or _pseudo(base):
+        where = "is on a read-only file system" if read_only or _pseudo(base) else "is not writable"
+        raise ConfigError(f"{option} {path}: {base} {where}; choose a folder you can write to")
+
+
+def _pseudo(path: Path) -> bool:
+    """Kernel file systems (/proc, /sys) look writable to root but refuse new folders."""
+    return path.resolve().parts[1:2] in (("proc",), ("sys",))
