@@ -165,7 +165,8 @@ def plan(
 
     cfg = run_config(private, config, settings)
     # The run's own checks (prepare makes them too), so a plan that prints is a run that starts.
-    check_run(cfg, private_given=private_name(private) == IN_MEMORY)  # the data itself stays unread
+    in_memory = private is not None and private_name(private) == IN_MEMORY  # the data stays unread
+    check_run(cfg, private_given=in_memory)
     check_run_models(cfg, dequantize=False)
     return plan_run(cfg)
 

@@ -132,10 +132,24 @@ def strategies() -> None:
 
 
 @app.command()
-def tasks() -> None:
-    """List the built-in tasks with their labels."""
+def tasks(
+    template: Annotated[
+        str | None,
+        typer.Option(
+            help="Write a commented task file for a new task NAME (to NAME.toml, or --out).", metavar="NAME"
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Where --template writes (a .toml file).")] = None,
+    check: Annotated[
+        Path | None, typer.Option(help="Load a task file and show its labels, or say what is wrong.")
+    ] = None,
+) -> None:
+    """List the built-in tasks with their labels; write a task file to start from; check one."""
     from wasp_vllm.tasks import get_task, list_tasks
 
+    if template is not None or check is not None:
+        _task_file(template, out, check)
+        return
     table = Table(title="tasks (or pass a TOML/YAML task file to --task)")
     for col in ("name", "labels", "attribute"):
         table.add_column(col)
@@ -143,6 +157,25 @@ def tasks() -> None:
         spec = get_task(name)
         table.add_row(name, ", ".join(spec.labels), spec.attribute_name or "-")
     Console().print(table)
+
+
+def _task_file(template: str | None, out: Path | None, check: Path | None) -> None:
+    """``tasks --template NAME`` and ``tasks --check FILE``."""
+    from wasp_vllm.tasks import get_task
+    from wasp_vllm.tasks.template import write_task_template
+
+    with friendly_errors():
+        if template is not None:
+            path = write_task_template(template, out)
+            console.print(
+                f"wrote {path}: edit its labels and prompts, then `wasp-vllm tasks --check {path}`; "
+                f"run it with --task {path} --private YOUR_FILE",
+                highlight=False,
+            )
+            return
+        assert check is not None
+        spec = get_task(str(check))
+        console.print(f"{check}: task {spec.name!r}, labels {', '.join(spec.labels)}", highlight=False)
 
 
 @app.command()
