@@ -4,12 +4,13 @@ share to the others within the same round.  Rejected samples are regenerated, ne
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -234,6 +235,35 @@ def drop_cross_plm_duplicates(results: dict[str, PLMResult]) -> None:
         res.rows, res.row_tokens = unique, unique_tokens
 
 
+@dataclass(frozen=True)
+class AskingCap:
+    """How many more samples the last round may generate to make up what it lacks: the deficit
+    divided by the share the round kept so far (its own reject rate, a public figure: the checks
+    read only synthetic text), times :attr:`SLACK`, with the kept share taken as at least
+    :attr:`MIN_KEPT_SHARE`.  Fixed when the usual passes end, so the round cannot ask forever."""
+
+    limit: int  # samples generated in the round (all PLMs) at which asking stops
+
+    SLACK: ClassVar[float] = 3.0
+    MIN_KEPT_SHARE: ClassVar[float] = 0.02  # at most SLACK / 0.02 = 150 samples per missing one
+
+    @classmethod
+    def after(cls, results: dict[str, PLMResult], deficit: int, t: int) -> AskingCap:
+        generated = sum(r.generated for r in results.values())
+        kept = sum(len(r.rows) for r in results.values())
+        share = max(kept / generated if generated else 0.0, cls.MIN_KEPT_SHARE)
+        more = math.ceil(cls.SLACK * deficit / share)
+        log.info(
+            "round %d (the last): %d samples still missing, %.0f %% of this round's samples kept; "
+            "asking again, up to %d more samples",
+            t, deficit, 100 * share, more,
+        )  # fmt: skip
+        return cls(generated + more)
+
+    def spent(self, results: dict[str, PLMResult]) -> bool:
+        return sum(r.generated for r in results.values()) >= self.limit
+
+
 @dataclass
 class RoundGeneration:
     """Runs the PLMs' shares of a round, concurrently where the engines allow it."""
@@ -249,13 +279,17 @@ class RoundGeneration:
 
         A PLM that fails for good hands its share to the others; samples still unusable after
         ``max_attempts`` and copies across PLMs are asked again of the active PLMs (by weight),
-        for at most ``len(plms) + max_attempts`` passes.  Only if that cannot fill the round
-        (every PLM failing, or none writing anything new) does it end short.
+        for at most ``len(plms) + max_attempts`` passes.  The last round, which no later round
+        can make up for, then keeps asking within :class:`AskingCap` (from the round's own reject
+        rate).  Only if that cannot fill the round (every PLM failing, none writing anything new,
+        or the cap spent) does it end short.
         """
         plms, total = state.plms, int(quotas.sum())
         results: dict[str, PLMResult] = {}
         shares = [Share(k, int(quotas[k])) for k, p in enumerate(plms) if p in state.active]
-        for part in range(1, len(plms) + rin.cfg.max_attempts + 1):
+        usual_passes, cap, part = len(plms) + rin.cfg.max_attempts, None, 0
+        while True:
+            part += 1
             for share, res in self._run_shares(rin, shares, plms):
                 if isinstance(res, EngineFailed):
                     state.drop(plms[share.k], f"round {rin.t}: {res}")
@@ -271,6 +305,12 @@ class RoundGeneration:
             delivering = [p for p in state.active if results.get(p) and results[p].rows]
             if not delivering:
                 break
+            if part >= usual_passes:
+                if rin.t < rin.cfg.rounds - 1:
+                    break  # the next round asks for them
+                cap = cap or AskingCap.after(results, deficit, rin.t)
+                if cap.spent(results):
+                    break
             extra = state.quotas(deficit, 0, among=delivering)
             shares = [Share(k, int(q), part) for k, q in enumerate(extra) if q > 0]
         if deficit > 0:
