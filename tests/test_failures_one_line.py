@@ -128,7 +128,11 @@ def test_a_real_process_prints_one_line_for_an_unwritable_out(base, tmp_path):
     """The same through ``python -m wasp_vllm``: the real stderr of a real process."""
     args = {**base, "--plms": "smollm2", "--out": "/proc/wasp-vllm-run"}
     argv = [sys.executable, "-m", "wasp_vllm", "generate", *[x for kv in args.items() for x in kv]]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    scratch = tmp_path / "tmp"  # where the engine log is made: nothing may be left there
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert not list(scratch.iterdir()), "a failed run left its engine log behind"
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

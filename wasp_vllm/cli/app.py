@@ -6,8 +6,10 @@ import io
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -176,6 +178,7 @@ def generate(
 ) -> None:
     """Generate a DP synthetic labelled dataset with WASP (or a baseline strategy)."""
     setup_logging(verbose)
+    _sigterm_exits()
     with friendly_errors():
         from wasp_vllm.api import generate as generate_run
 
@@ -213,7 +216,8 @@ def _out_kept(out: Path) -> Iterator[None]:
 def chatter_to_file(verbose: bool, out: Path) -> Iterator[Path | None]:
     """What third parties write straight to the stderr descriptor (vLLM's worker processes, C++
     warnings, weight-loading bars) goes to a log file unless ``-v``, so the one progress display
-    stays readable; ours keeps the terminal.  The log ends in ``out/private/engines.log``."""
+    stays readable; ours keeps the terminal.  The log ends in ``out/private/engines.log`` when the
+    run got that far, else it is removed: nothing is left in the temporary folder."""
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, io.UnsupportedOperation):
@@ -225,11 +229,11 @@ def chatter_to_file(verbose: bool, out: Path) -> Iterator[Path | None]:
     saved = os.dup(fd)
     console.file = os.fdopen(os.dup(saved), "w", buffering=1)
     os.dup2(log_fd, fd)
-    path = Path(name)
+    failed = False
     try:
-        yield path
+        yield Path(name)
     except BaseException:
-        console.print(f"engine messages: {path}", highlight=False)
+        failed = True
         raise
     finally:
         sys.stderr.flush()
@@ -237,8 +241,34 @@ def chatter_to_file(verbose: bool, out: Path) -> Iterator[Path | None]:
         os.close(saved)
         os.close(log_fd)
         console.file = sys.stderr
-    if (out / "private").is_dir():
-        shutil.move(path, out / "private" / "engines.log")
+        kept = _keep_engine_log(Path(name), out)
+        if failed and kept is not None:
+            console.print(f"engine messages: {kept}", highlight=False)
+
+
+def _keep_engine_log(path: Path, out: Path) -> Path | None:
+    """The engine log moved into the run's private folder, or removed where the run has none (it
+    stopped before any engine started); returns where it is kept, if anywhere."""
+    target = out / "private" / "engines.log"
+    try:
+        if target.parent.is_dir():
+            shutil.move(path, target)
+            return target
+        path.unlink(missing_ok=True)
+    except OSError:  # the run's folder vanished or is read-only: the log must not outlive the run
+        path.unlink(missing_ok=True)
+    return None
+
+
+def _sigterm_exits() -> None:
+    """SIGTERM ends the command as Ctrl-C does, through every ``finally`` (engines closed, the engine
+    log kept): its default action would end the process at once, cleaning up nothing."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 @contextmanager

