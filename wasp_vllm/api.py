@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError, RunConfig, build_config, build_settings, read_config_file
-from wasp_vllm.config.checks import check_writable_folder
+from wasp_vllm.config.checks import check_writable_folder, machine_load_note
 from wasp_vllm.pipeline.store import PUBLISHED, RunStore
 
 if TYPE_CHECKING:
@@ -205,6 +205,8 @@ def generate(
     estimate = plan_run(cfg)
     sources = "; ".join(sorted({e.source for e in estimate.engines}))
     log.info("estimated %s of work (throughput: %s)", _minutes(estimate.total_s), sources)
+    if note := machine_load_note():
+        log.warning(note)
     chosen = backends or default_backends(cfg)
     run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
               estimate=estimate)  # fmt: skip

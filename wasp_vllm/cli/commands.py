@@ -16,9 +16,11 @@ from wasp_vllm.config import RunConfig, build_settings
 from wasp_vllm.evaluation.settings import EvalSettings
 from wasp_vllm.hotpate.options import HotPateOptions
 from wasp_vllm.report.settings import ReportSettings
+from wasp_vllm.tasks.spec import PromptKind
 
 if TYPE_CHECKING:
     from wasp_vllm.evaluation.results import SyntheticScores
+    from wasp_vllm.strategies import Strategy
 
 
 @app.command()
@@ -115,6 +117,24 @@ def privacy(settings: dict[str, Any]) -> None:
             released, spent = released_histograms(histograms), f"{plan.epsilon_exact_spent:.3f}"
             table.add_row(mode, neighbour, released, f"{plan.sensitivity:.4f}", sigma, spent)
         Console().print(table)
+        _print_run_sigma(cfg)
+
+
+def _print_run_sigma(cfg: RunConfig) -> None:
+    """The sigma ``generate`` with these settings would use: its defaults draw --m records (so the
+    voters' relation is *replace*) and release what its prompts need (H_near, and H_far with them)."""
+    from wasp_vllm.pipeline.context import large_epsilon, privacy_plan
+
+    plan = privacy_plan(cfg)
+    sigma = "no noise (no voting round)" if plan.sigma is None else f"sigma {plan.sigma:.3f}"
+    why = f"--m {cfg.private_limit} draw" if cfg.private_limit is not None else "every record votes"
+    Console().print(
+        f"generate with these settings (and its defaults) adds {sigma}: {plan.mode} accountant, "
+        f"{plan.neighbour} ({why}), {plan.histograms} histogram(s) per vote",
+        highlight=False,
+    )
+    if warning := large_epsilon(cfg.epsilon):
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
 
 
 @app.command()
@@ -127,8 +147,17 @@ def strategies() -> None:
         table.add_column(col)
     for s in STRATEGIES.values():
         q = ("--q" if s.top_q is None else str(s.top_q)) if s.votes else "never"
-        table.add_row(s.name, s.summary, q, s.later_prompt.value, "yes" if s.reweights else "no")
+        table.add_row(s.name, s.summary, q, _later_prompt(s), "yes" if s.reweights else "no")
     Console().print(table)
+
+
+def _later_prompt(strategy: Strategy) -> str:
+    """The prompt a default run of ``strategy`` uses after round 0, and what --later-prompt may change."""
+    default = strategy.resolve_later_prompt("auto").value
+    if not strategy.chooses_later_prompt:
+        return default
+    others = [k.value for k in PromptKind if k.value != default]
+    return f"{default} (default; or --later-prompt {' / '.join(others)})"
 
 
 @app.command()

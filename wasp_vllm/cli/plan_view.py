@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from wasp_vllm.config.checks import machine_load_note
 from wasp_vllm.pipeline.estimate import RunPlan
 
 #: Below this share of generated samples kept, the summary warns that most of the work was thrown away.
@@ -53,6 +54,8 @@ def print_plan(plan: RunPlan, console: Console) -> None:
         f"{duration(plan.overhead_s)} embedding and writing{extra}); {plan.tokens:,} tokens",
         highlight=False,
     )
+    if note := machine_load_note():
+        console.print(f"[bold yellow]note:[/] {escape(note)}", highlight=False)
 
 
 def _quota_table(plan: RunPlan) -> Table:

@@ -39,3 +39,26 @@ def check_writable_folder(path: str | Path, option: str) -> None:
 def _pseudo(path: Path) -> bool:
     """Kernel file systems (/proc, /sys) look writable to root but refuse new folders."""
     return path.resolve().parts[1:2] in (("proc",), ("sys",))
+
+
+#: A 1-minute load average above this share of the cores means the run will share them.
+BUSY_SHARE = 0.5
+
+
+def machine_load_note() -> str | None:
+    """A note that the machine is busy (others' work already runs on its cores), or None.
+
+    Throughput estimates are measured on idle cores; on a loaded machine a run gets only the cores
+    others leave, so its wall time grows about by (load + own work) / cores."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not every platform reports it
+        return None
+    cores = os.cpu_count() or 1
+    if load < BUSY_SHARE * cores:
+        return None
+    slower = max(1.0, (load + 1) / cores)
+    return (
+        f"this machine is busy (load {load:.1f} on {cores} cores): the estimate assumes idle cores; "
+        f"expect it to take about {slower:.1f}x as long, or more"
+    )

@@ -3,6 +3,7 @@ and the privacy plan (sigma) fixed before any private data is touched."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from wasp_vllm.privacy.plan import PrivacyPlan, plan_privacy
 from wasp_vllm.privacy.sampling import voting_neighbour
 from wasp_vllm.strategies import Strategy, get_strategy
 from wasp_vllm.tasks import TaskSpec, get_task
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,7 +78,23 @@ def check_run(cfg: RunConfig, *, private_given: bool = False) -> TaskSpec:
     problems = [p for p in (*_size_problems(cfg, task), _private_problem(cfg, private_given)) if p]
     if problems:
         raise ConfigError("; ".join(problems))
+    if warning := large_epsilon(cfg.epsilon):
+        log.warning(warning)
     return task
+
+
+#: Above this epsilon the guarantee says little: e^10 is a likelihood ratio of about 22,000.
+LARGE_EPSILON = 10.0
+
+
+def large_epsilon(epsilon: float) -> str | None:
+    """A warning for an epsilon too large to mean much, or None."""
+    if epsilon <= LARGE_EPSILON:
+        return None
+    return (
+        f"epsilon={epsilon:g} is above {LARGE_EPSILON:g}: the guarantee then means little (what the "
+        "output reveals about one record may change an attacker's odds by up to e^epsilon)"
+    )
 
 
 def check_run_models(cfg: RunConfig, *, dequantize: bool) -> None:
