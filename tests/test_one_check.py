@@ -95,3 +95,23 @@ zero_shot = "Write a ticket that is {label}: \\""
 few_shot = "Tickets that are {label}:\\n{examples}\\nWrite another: \\""
 contrastive = "Good: {good_examples}\\nBad: {bad_examples}\\nWrite a {label} one: \\""
 """
+
+
+def test_the_default_s_follows_the_pools_a_small_run_will_have(env, tmp_path):
+    """Issue 60, item 2: ``--n 12 --rounds 2`` without ``--s`` runs with the largest pool its sizes
+    allow (3 labels: 2 per label), where the default 8 could not fill; a chosen --s is kept (and,
+    if too large, refused with the value that fits)."""
+    from wasp_vllm.api import run_config
+
+    _, base, _ = env
+    assert run_config(None, None, {"n": 12, "rounds": 2}).s == 2
+    assert run_config(None, None, {"n": 300, "rounds": 5}).s == 8  # fits: the default stays
+    assert run_config(None, None, {"n": 12, "rounds": 2, "s": 8}).s == 8  # chosen: kept
+    chosen = tmp_path / "run.toml"
+    chosen.write_text("s = 8\n")
+    assert run_config(None, str(chosen), {"n": 12, "rounds": 2}).s == 8
+    small = {k: v for k, v in base.items() if k != "--s"} | {"--n": "12", "--rounds": "2"}
+    small["--plms"] = base["--plms"].split(",")[0]
+    result = CliRunner().invoke(app, [*_argv(small, {}), "--dry-run"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "--s 2: the largest pool this run's sizes allow" in " ".join(result.output.split())

@@ -144,7 +144,17 @@ def run_config(
         base = read_config_file(config) if config is not None else {}
     if private is not None:
         settings = {**settings, "private": private_name(private)}
-    return build_config(base, settings)
+    cfg = build_config(base, settings)
+    if "s" in base or settings.get("s") is not None:
+        return cfg
+    # --s left to its default follows the pools this run will have (public: n, rounds, labels).
+    from wasp_vllm.pipeline.context import pool_fitting_s
+
+    fitted = pool_fitting_s(cfg)
+    if fitted is None:
+        return cfg
+    log.info("--s %d: the largest pool this run's sizes allow (the default %d does not fit)", fitted, cfg.s)
+    return build_config(base, {**settings, "s": fitted})
 
 
 def private_name(private: Any) -> str:

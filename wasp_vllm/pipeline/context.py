@@ -184,6 +184,17 @@ def _size_problems(cfg: RunConfig, task: TaskSpec) -> list[str]:
     return problems
 
 
+def pool_fitting_s(cfg: RunConfig) -> int | None:
+    """The --s this run's pools can fill, where ``cfg.s`` is larger and the run votes; else None
+    (also when the task cannot be read: :func:`check_run` then names the problem)."""
+    try:
+        n_labels = len(get_task(cfg.task).labels)
+    except ValueError:
+        return None
+    largest = largest_pool(cfg.n, cfg.rounds, n_labels)
+    return largest if votes(cfg) and cfg.s > largest else None
+
+
 def largest_pool(n: int, rounds: int, n_labels: int) -> int:
     """The largest --s the pools of a run can fill: a label's samples of the rounds that vote."""
     return max(1, n // rounds // n_labels * (rounds - 1))
