@@ -139,3 +139,18 @@ def test_a_real_vllm_run_killed_with_sigkill_leaves_no_engine_process(tmp_path):
     finally:
         if run.poll() is None:
             run.kill()
+
+
+def test_sigterm_ends_the_command_through_its_finally_blocks_and_the_handler_is_restored():
+    from wasp_vllm.cli.app import _sigterm_exits
+
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    with pytest.raises(SystemExit) as stopped, _sigterm_exits():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+        finally:
+            cleaned.append(True)  # where a run closes its engines
+    assert stopped.value.code == 128 + signal.SIGTERM and cleaned
+    assert signal.getsignal(signal.SIGTERM) == before

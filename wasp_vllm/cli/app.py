@@ -178,8 +178,7 @@ def generate(
 ) -> None:
     """Generate a DP synthetic labelled dataset with WASP (or a baseline strategy)."""
     setup_logging(verbose)
-    _sigterm_exits()
-    with friendly_errors():
+    with friendly_errors(), _sigterm_exits():
         from wasp_vllm.api import generate as generate_run
 
         if dry_run:
@@ -260,15 +259,23 @@ def _keep_engine_log(path: Path, out: Path) -> Path | None:
     return None
 
 
-def _sigterm_exits() -> None:
-    """SIGTERM ends the command as Ctrl-C does, through every ``finally`` (engines closed, the engine
-    log kept): its default action would end the process at once, cleaning up nothing."""
+@contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """While the command runs, SIGTERM ends it as Ctrl-C does, through every ``finally`` (engines
+    closed, the engine log kept): its default action would end the process at once, cleaning up
+    nothing.  The previous handler is back afterwards (the CLI may run inside another program)."""
 
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
