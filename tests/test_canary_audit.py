@@ -142,9 +142,9 @@ def planted_leak(monkeypatch):
         private[:] = ctx.private.texts
         return ctx
 
-    def build_prompt(task, kind, label, attribute, good=(), bad=(), style="paper"):
+    def build_prompt(task, kind, label, attribute, good=(), bad=()):
         leaked = draw.sample(private, 2) if private else []
-        return real_build(task, "few_shot", label, attribute, good=leaked, bad=(), style=style)
+        return real_build(task, "few_shot", label, attribute, good=leaked, bad=())
 
     monkeypatch.setattr(pipeline, "prepare", prepare)
     monkeypatch.setattr(prompts, "build_prompt", build_prompt)
