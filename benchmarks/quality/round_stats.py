@@ -22,7 +22,6 @@ each round and PLM:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,8 @@ def round_tables(run_dir: Path) -> list[Any]:
 def voted_samples(run_dir: Path, tables: list[Any], t: int) -> tuple[Any, Any] | None:
     """Round ``t``'s votes file and the samples it ranked (in its row order, the columns of
     ``tables``); None where round ``t`` did not vote.  A vote ranks the samples written so far, or
-    the round's own (``voted_samples='newest'``): rows are matched by id, never by position."""
+    the round's own (as ``--voted-samples newest`` did, tag levers-2026-12): rows are matched by id,
+    never by position."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -83,11 +83,9 @@ def pools_per_round(
     tables: list[Any],
     labels: list[str],
     s: int,
-    eligible_of: Callable[[list[str], np.ndarray], np.ndarray] | None = None,
 ) -> dict[int, dict]:
     """Round ``t+1`` -> label -> ``(good texts, bad texts)``: the pools the votes of round ``t``
-    chose (the run's own post-processing, replayed from its votes file); ``eligible_of(texts,
-    label indices)`` replays ``--pool-label-filter``."""
+    chose (the run's own post-processing, replayed from its votes file)."""
     from wasp_vllm.pipeline.selection import select_pools
 
     pools: dict[int, dict] = {}
@@ -108,29 +106,11 @@ def pools_per_round(
             if "h_far" in votes.column_names
             else None
         )
-        eligible = None if eligible_of is None else eligible_of(texts, label_idx)
-        chosen = select_pools(near, far, label_idx, s, len(labels), eligible)
+        chosen = select_pools(near, far, label_idx, s, len(labels))
         pools[t + 1] = {
             labels[c]: ([texts[i] for i in p.good], [texts[i] for i in p.bad]) for c, p in chosen.items()
         }
     return pools
-
-
-def pool_label_filter_of(task: Any, config: dict[str, Any], embedder: Any) -> Callable | None:
-    """The run's ``--pool-label-filter`` as ``pools_per_round`` replays it (None where it is off)."""
-    from wasp_vllm.pipeline.label_check import LabelCheck
-    from wasp_vllm.pipeline.selection import clearest_per_label
-
-    share = float(config.get("pool_label_filter") or 0.0)
-    if not share:
-        return None
-    reader = LabelCheck(task, embedder)
-
-    def eligible(texts: list[str], label_idx: np.ndarray) -> np.ndarray:
-        leads = reader.leads(np.asarray(embedder.encode(texts)), [task.labels[i] for i in label_idx])
-        return clearest_per_label(leads, label_idx, len(task.labels), share)
-
-    return eligible
 
 
 class ReferenceJudge:
@@ -166,8 +146,7 @@ def round_stats(run_dir: Path, manifest: dict[str, Any], judge: ReferenceJudge) 
     tables = round_tables(run_dir)
     if not tables:
         return []
-    pools = pools_per_round(run_dir, tables, list(task.labels), int(manifest["config"]["s"]),
-                            pool_label_filter_of(task, manifest["config"], judge.embedder))  # fmt: skip
+    pools = pools_per_round(run_dir, tables, list(task.labels), int(manifest["config"]["s"]))
     records = {r["round"]: r for r in manifest["rounds"]}
     out = []
     for t, table in enumerate(tables):

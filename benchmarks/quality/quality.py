@@ -19,8 +19,8 @@ Engines are opened once per PLM and shared by every run (a proxy makes ``Run``'s
 interrupted benchmark still has every method on the first seeds, and the JSON / Markdown
 are rewritten after every run.
 
-    python benchmarks/quality.py            # full grid, writes benchmarks/results/quality.*
-    python benchmarks/quality.py --quick    # CI-sized, writes benchmarks/results/quality_quick.*
+    python benchmarks/quality/quality.py            # full grid, writes benchmarks/results/quality.*
+    python benchmarks/quality/quality.py --quick    # CI-sized, writes benchmarks/results/quality_quick.*
 
 The DP noise seed is fixed per run seed (``noise_seed``) so that a benchmark rerun
 reproduces its numbers; a real release must leave it unset.
@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
 import report  # noqa: E402 - the benchmarks' reporting helper, next to this file
 from harness import (  # noqa: E402 - shared with quality_tasks.py, next to this file
@@ -61,11 +62,10 @@ from seed_stats import aggregate, fmt, mean_std, paired  # noqa: E402
 
 # The full grid is cut to fit 90 minutes on the 2-core machine: N=300 instead of the issue's 600
 # and at most 64 new tokens per sample (as ``make demo``), because a WASP run of N=60 still takes
-# ~77 s of generation here with top-k sampling and shared example draws
-# (``results/generation_settings.md``), i.e. N=600 x 3 seeds of the main rows alone would need
-# ~110 min.  The main rows run on every seed; the federated, ablation, accountant and Q rows on
-# the first ``--side-seeds`` seed(s) only, after all main rows; ``--max-minutes`` (85) skips
-# whatever still does not fit and the Markdown lists it.
+# ~77 s of generation here with top-k sampling and shared example draws, i.e. N=600 x 3 seeds of
+# the main rows alone would need ~110 min.  The main rows run on every seed; the federated,
+# ablation, accountant and Q rows on the first ``--side-seeds`` seed(s) only, after all main rows;
+# ``--max-minutes`` (85) skips whatever still does not fit and the Markdown lists it.
 # Side groups run in this order after the main rows, each group over all its seeds before the
 # next: the paper's ablations first (they must share the main rows' seeds), federated, the
 # N-curve (one seed), then the levers, the accountant and the Q grid.
@@ -387,7 +387,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.groups = set((args.groups or default_groups).split(","))
     if args.max_minutes is None and not args.quick:
         args.max_minutes = 85.0
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     args.work = args.work or str(repo / "runs" / ("bench-quality-quick" if args.quick else "bench-quality"))
     suffix = ("" if args.dataset == "drugs" else f"_{args.dataset}") + (
         "" if args.split == "test" else "_validation"

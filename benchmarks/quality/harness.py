@@ -33,14 +33,15 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parents[2] / ".cache"))
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
 
 log = logging.getLogger("quality")
 
-RESULTS = Path(__file__).parent / "results"
-REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+REPO = Path(__file__).resolve().parents[2]
 PLMS = ("smollm2", "gemma3")
 SPLITS = ("validation", "test")  # what a benchmark scores; a run's generation is the same for both
 EPSILON, DELTA = 4.0, 1e-5
@@ -52,59 +53,19 @@ AUTO_ENGINE = "vllm"
 #: The baselines run as published: an even split of the labels (WASP's default too; its private
 #: label prior is a lever).
 AS_PUBLISHED = {"label_prior": "uniform"}
-#: WASP's levers, each flipped against its defaults (compared as lever − WASP): name, label, overrides.
+#: WASP's kept options, each flipped against its defaults (compared as lever − WASP): name, label,
+#: overrides.  Only settings of RunConfig go here; a lever the rule rejected left RunConfig (tag
+#: levers-2026-12 reproduces it) and an experimental one is a round policy, never a setting here.
 LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("wasp-label-check-off", "WASP, label check off", {"label_check": "off"}),
-    # The gate was on by default until 2026-11-28: the grids made before then compare these two.
-    ("wasp-gate-off", "WASP, quality gate off", {"quality_gate": False}),
-    ("wasp-gate-on", "WASP, quality gate on", {"quality_gate": True}),
     # The private label prior was the default until 2026-11-29: the grids made before then compare
     # WASP with wasp-uniform-prior (now WASP's own configuration, so its runs stand in for WASP's).
     ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
     ("wasp-private-prior", "WASP, private label prior", {"label_prior": "private"}),
-    ("wasp-final-vote", "WASP, final vote and sample weights", {"final_vote": True}),
-    ("wasp-short-prompts", "WASP, short prompts", {"prompt_style": "short"}),
-    ("wasp-label-check-m03", "WASP, label check with margin 0.03", {"label_check_margin": 0.03}),
-    ("wasp-weights-shrunk", "WASP, PLM weights shrunk by the public noise", {"plm_weighting": "shrunk"}),
-    (
-        "wasp-pool-filter",
-        "WASP, good examples from the half of each label's samples that read most like it",
-        {"pool_label_filter": 0.5},
-    ),
     # Cooler and warmer than the default T = 1 (0.7 is a common chat default). Measured, not adopted:
-    # 0.7 copies the in-context examples more, 1.2 less (README, the --temperature row).
+    # 0.7 copies the in-context examples more, 1.2 less (docs/levers-not-adopted.md).
     ("wasp-temperature-07", "WASP, sampling temperature 0.7", {"temperature": 0.7}),
     ("wasp-temperature-12", "WASP, sampling temperature 1.2", {"temperature": 1.2}),
-    # Loops, emoji strings and copies of the prompt's examples are what a PLM finds near-certain:
-    # SmolLM2's tweets above -1.5 nats per token were those (README, the --max-sample-logprob row).
-    (
-        "wasp-predictable-off",
-        "WASP, samples above -1.5 nats per token under their PLM regenerated",
-        {"max_sample_logprob": -1.5},
-    ),
-    # At eps = 4 and M = 100 a single sample's noisy vote is mostly noise; a cluster's gathers more
-    # votes under the same noise (README, the --vote-cluster-size row).
-    ("wasp-vote-clusters", "WASP, votes on clusters of about S = 8 samples", {"vote_cluster_size": 8}),
-    # ... and a pool that takes the top cluster whole shows near-copies: two per cluster at most.
-    (
-        "wasp-cluster-pools",
-        "WASP, votes on clusters of about 8 samples, at most 2 examples from one cluster",
-        {"vote_cluster_size": 8, "pool_per_cluster": 2},
-    ),
-    # Examples the private data chose narrow the data (FID up), zero-shot prompts widen it and lose
-    # label agreement: half of each, to keep what each gains.
-    (
-        "wasp-cluster-pools-half",
-        "WASP, cluster pools (8, 2 per cluster), half the later prompts zero-shot",
-        {"vote_cluster_size": 8, "pool_per_cluster": 2, "zero_shot_share": 0.5},
-    ),
-    # The far votes (paid for under few-shot prompts, which show no far pool) carry more signal than
-    # the near votes after round 0, and flag samples off the private data's topic.
-    (
-        "wasp-far-filter",
-        "WASP, good examples from the half of each label's samples the far votes put nearest",
-        {"pool_far_filter": 0.5},
-    ),
     (
         "wasp-zero-shot",
         "WASP, zero-shot prompts (the votes move only the PLM shares)",
@@ -346,29 +307,46 @@ def run_config(method: Method, seed: int, data: Data, settings: Settings) -> Any
     )
 
 
+#: Settings that left RunConfig at tag levers-2026-12 (issue 58), at the value every record kept since
+#: ran with.  These were in every record's key, and stay there so that those records keep their keys
+#: (a fresh clone resumes from the committed results JSON) ...
+REMOVED_IN_KEY: dict[str, Any] = {
+    "quality_gate": False,
+    "final_vote": False,
+    "prompt_style": "paper",
+    "label_check_margin": 0.0,
+}
+#: ... and these were left out of the key at these values already (a RunConfig from before the tag
+#: still has them).
+REMOVED_OUT_OF_KEY: dict[str, Any] = {
+    "label_prior_smoothing": 0.0,
+    "label_prior_floor": 0.0,
+    "few_shot_examples": None,
+    "zero_shot_share": 0.0,
+    "voted_samples": "all",
+    "plm_weighting": "votes",
+    "pool_label_filter": 0.0,
+    "pool_far_filter": 0.0,
+    "vote_cluster_size": 0,
+    "pool_per_cluster": 0,
+    "min_sample_logprob": None,
+    "max_sample_logprob": None,
+}
+
+
 def key_config(config: dict[str, Any]) -> dict[str, Any]:
     """A run's settings as its record key holds them: a setting added after records were first
     kept is left out where its value behaves as before it existed (those records stay valid; any
     other value is a new key)."""
     from wasp_vllm.strategies import get_strategy
 
+    config = {**REMOVED_IN_KEY, **config}
     strategy = get_strategy(config["strategy"])
     as_before = {
+        **REMOVED_OUT_OF_KEY,
         "later_prompt": strategy.later_prompt.value,  # the method's own
         # both histograms were released before; a method that never votes releases neither
         "far_votes": "on" if strategy.votes else config["far_votes"],
-        "label_prior_smoothing": 0.0,
-        "label_prior_floor": 0.0,
-        "few_shot_examples": None,
-        "zero_shot_share": 0.0,
-        "voted_samples": "all",
-        "plm_weighting": "votes",
-        "pool_label_filter": 0.0,
-        "pool_far_filter": 0.0,
-        "vote_cluster_size": 0,
-        "pool_per_cluster": 0,
-        "min_sample_logprob": None,
-        "max_sample_logprob": None,
         # the float type each machine computes in (bf16 before, on the CPUs those records ran on)
         "dtype": "auto",
     }

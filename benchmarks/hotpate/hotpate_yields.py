@@ -18,7 +18,7 @@ under the real accountants.  The same replay, with the measured agreement fracti
 to more teachers: the M at which most tokens could be private.  ``--runs`` makes real CLI runs of
 the done command (and ``evaluate`` on their records); runs not named are kept from the last result.
 
-Run ``python benchmarks/hotpate_yields.py [--measure] [--runs gaussian,target-charging,wasp]``; writes
+Run ``python benchmarks/hotpate/hotpate_yields.py [--measure] [--runs gaussian,target-charging,wasp]``; writes
 ``benchmarks/results/hotpate_yields.{md,json,png}`` (the walks are cached in ``runs/``).
 """
 
@@ -30,7 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 import hotpate_runs  # noqa: E402 - next to this file
 import report  # noqa: E402 - the benchmarks' reporting helper
 from hotpate_simulate import Scenario, grid_up_to, mean_outcome, teachers_needed  # noqa: E402

@@ -8,9 +8,9 @@ Leave one task out: decide on the other tasks' validation rows alone, then score
 chosen (the lever or the default) on the held-out task's test split; the mean of those scores
 over the held-out tasks is the honest figure, since no choice saw the task it is scored on.
 
-    python benchmarks/lever_rule.py --validation benchmarks/results/quality_tasks_validation_prior.json \\
-        --pairs wasp-fewshot-uniform:wasp-fewshot,wasp-fewshot-floor:wasp-fewshot \\
-        --test benchmarks/results/quality_tasks.json --test-names wasp-fewshot=wasp
+    python benchmarks/quality/lever_rule.py \\
+        --validation benchmarks/results/quality_tasks_validation_label_check.json \\
+        --pairs wasp-label-check-off:wasp --test benchmarks/results/quality_tasks.json
 
 writes ``benchmarks/results/lever_rule.{md,json}`` (``--name`` for another stem).  The runs
 themselves come from ``quality_tasks.py``: this only reads their JSON.
@@ -25,13 +25,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import report
-from seed_stats import fmt_diff, paired_diff
-from tasks_report import averaged, by_seed
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+import report  # noqa: E402
+from seed_stats import fmt_diff, paired_diff  # noqa: E402
+from tasks_report import averaged, by_seed  # noqa: E402
 
 METRIC = "macro_f1"
 # metrics a lever may also be held to (--guards); higher is better on each (even_mix_macro_f1: in
-# the JSON of benchmarks/even_mix.py, which scores a grid's runs on an even label mix)
+# the JSON of benchmarks/quality/even_mix.py, which scores a grid's runs on an even label mix)
 GUARDS = ("accuracy", "label_agreement", "even_mix_macro_f1")
 
 

@@ -28,7 +28,7 @@ grows (the votes spread over the good answers, every count ~ n/r), while coordin
 keep both up to thresholds near n.  A second table runs the actual noisy aggregators (one
 Gaussian release each) at a few noise scales.
 
-Run ``python benchmarks/hotpate_coverage.py [--quick]``; writes
+Run ``python benchmarks/hotpate/hotpate_coverage.py [--quick]``; writes
 ``benchmarks/results/hotpate_coverage.md``, ``.json`` and ``.png``.
 """
 
@@ -55,12 +55,13 @@ from wasp_vllm.hotpate import (
 from wasp_vllm.hotpate.ensembles import EnsembleKind
 from wasp_vllm.privacy.gaussian import epsilon_for_sigma
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 import report  # noqa: E402 - the benchmarks' reporting helper, next to this file
 
 log = logging.getLogger("hotpate_coverage")
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 SHARED = (12, 47, 83)
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 KINDS: tuple[EnsembleKind, ...] = ("coordinated", "independent")

@@ -12,7 +12,7 @@ machine).  A run already scored in the JSON this is about to rewrite (``--reuse`
 record, by task, method, seed and recorded macro-F1) keeps its scores there, so a grid that grew
 by a few runs on a fresh clone needs the run folders of the new runs only.
 
-    python benchmarks/even_mix.py --results benchmarks/results/quality_tasks.json
+    python benchmarks/quality/even_mix.py --results benchmarks/results/quality_tasks.json
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import report
-from seed_stats import fmt, fmt_diff
-from tasks_report import averaged, paired_all, per_task
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+import report  # noqa: E402
+from seed_stats import fmt, fmt_diff  # noqa: E402
+from tasks_report import averaged, paired_all, per_task  # noqa: E402
 
 METRICS = ("macro_f1", "even_mix_macro_f1")
 

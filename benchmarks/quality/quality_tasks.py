@@ -16,9 +16,10 @@ about to rewrite: a grid too long for one sitting grows over several, on fresh c
 its committed results (a changed setting or default is a new key, so it runs again).
 ``--max-minutes`` starts no new run after the limit and reports what finished.
 
-    python benchmarks/quality_tasks.py --split validation          # the grid the defaults come from
-    python benchmarks/quality_tasks.py --quick                     # CI size (a few minutes)
-    python benchmarks/quality_tasks.py --tasks tweets,trec --methods wasp,fusegen --seeds 1 --n 60 --rounds 3
+    python benchmarks/quality/quality_tasks.py --split validation    # the grid the defaults come from
+    python benchmarks/quality/quality_tasks.py --quick               # CI size (a few minutes)
+    python benchmarks/quality/quality_tasks.py --tasks tweets,trec --methods wasp,fusegen --seeds 1 \\
+        --n 60 --rounds 3
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
 import report  # noqa: E402 - the benchmarks' reporting helper, next to this file
 from harness import (  # noqa: E402
@@ -72,7 +74,6 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
     both = list(PLMS)
     wasp = {"strategy": "wasp", "plms": both}
     fewshot = {**wasp, "strategy": "wasp-no-contrast"}  # = today's WASP, under the key its records have
-    fewshot_private = {**fewshot, "label_prior": "private"}  # the default until 2026-11-29
     rows: list[tuple[str, str, str, dict[str, Any], tuple[str, str] | None]] = [
         ("only-private", "OnlyPrivate (no DP)", "baseline", {}, None),
         ("fusegen", "FuseGen (zero-shot, 2 PLMs)", "baseline", {"strategy": "fusegen", "plms": both}, None),
@@ -84,20 +85,8 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
          {**wasp, "later_prompt": "contrastive"}, None),
         ("wasp-far-auto", "WASP, each vote releases H_far only where the prompts show the far pool",
          "lever", {**wasp, "far_votes": "auto"}, None),
-        ("wasp-vote-newest", "WASP, each vote ranks the round's own samples only", "lever",
-         {**wasp, "voted_samples": "newest"}, None),
-        ("wasp-fewshot-half", "WASP, few-shot prompts of 4 of the label's 8 voted examples", "lever",
-         {**wasp, "few_shot_examples": 4}, None),
-        ("wasp-mix-half", "WASP, half the prompts after round 0 zero-shot", "lever",
-         {**wasp, "zero_shot_share": 0.5}, None),
-        ("wasp-pool-2s", "WASP, few-shot prompts of 8 drawn from the label's 16 best-voted samples", "lever",
-         {**wasp, "s": 16, "few_shot_examples": 8}, None),
         ("wasp-fewshot-uniform", "WASP, few-shot prompts, uniform label split", "lever",
          {**fewshot, "label_prior": "uniform"}, ("wasp-fewshot-uniform", "wasp-fewshot")),
-        ("wasp-fewshot-smooth", "WASP, few-shot prompts, label prior half-way to even", "lever",
-         {**fewshot_private, "label_prior_smoothing": 0.5}, ("wasp-fewshot-smooth", "wasp-fewshot")),
-        ("wasp-fewshot-floor", "WASP, few-shot prompts, each label at least half an even share", "lever",
-         {**fewshot_private, "label_prior_floor": 0.5}, ("wasp-fewshot-floor", "wasp-fewshot")),
         ("wasp-no-weighting", "WASP, no PLM weighting", "lever",
          {**wasp, "strategy": "wasp-no-weighting"}, None),
         *((key, label, "lever", {**wasp, **change}, None) for key, label, change in LEVERS),
