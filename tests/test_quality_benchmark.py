@@ -149,12 +149,13 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     assert resumed["tasks"] == payload["tasks"]
 
     # A lever at today's default is the same run as WASP: its row reuses WASP's record, runs nothing.
-    twin = [*cmd, "--methods", ",".join([*METHODS, "wasp-gate-off"]), "--max-minutes", "0"]  # the last wins
+    lever = "wasp-uniform-prior"  # the even label split, the default since 2026-11-29
+    twin = [*cmd, "--methods", ",".join([*METHODS, lever]), "--max-minutes", "0"]  # the last wins
     fourth = subprocess.run(twin, env=env, capture_output=True, text=True, timeout=600)
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     same = json.loads((out / "t.json").read_text())
-    assert same["ran"] == [] and same["skipped"] == [] and ["trec", "wasp-gate-off", 0] in same["reused"]
-    assert same["tasks"]["trec"]["wasp-gate-off"]["macro_f1"] == payload["tasks"]["trec"]["wasp"]["macro_f1"]
+    assert same["ran"] == [] and same["skipped"] == [] and ["trec", lever, 0] in same["reused"]
+    assert same["tasks"]["trec"][lever]["macro_f1"] == payload["tasks"]["trec"]["wasp"]["macro_f1"]
 
     # Other settings are other runs: out of time, this grid finds none of them, and the results it
     # would drop stay where they are (its own tables go beside them, and it fails).
