@@ -269,6 +269,58 @@ def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(t
     assert record["cache_key"] == kept.name  # a fresh clone restores it under the key it was kept by
 
 
+def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round policy registered in policies.py is measured as the method policy-NAME with WASP's
+    settings: its record key holds the policy's name (another run, never WASP's twin), a method
+    without one keeps the key it had before policies existed, and the run is handed an instance of
+    the policy, never a setting."""
+    import harness
+    import policies
+    import quality_tasks
+
+    class StubPolicyForTests:  # a stand-in: the harness only hands it on
+        name = "stub"
+
+    class HandedOverForTests(Exception):
+        pass
+
+    class RunRecordingItsArgumentsForTests:
+        handed: dict = {}
+
+        def __init__(self, ctx, out, **kwargs) -> None:
+            RunRecordingItsArgumentsForTests.handed = kwargs
+
+        def execute(self, overwrite: bool):
+            raise HandedOverForTests
+
+    monkeypatch.setitem(policies.POLICIES, "stub", ("WASP, stub policy", StubPolicyForTests))
+    table = quality_tasks.method_table(100)
+    (method, pair), wasp = table["policy-stub"], table["wasp"][0]
+    assert method.policy == "stub" and pair == ("policy-stub", "wasp") and method.overrides == wasp.overrides
+    assert "policy" not in wasp.key_fields() and method.key_fields()["policy"] == "stub"
+    data = harness.Data("trec", "validation")
+    settings = harness.Settings("vllm", 24, 2, None, tmp_path, twins=(wasp,))
+    kept = harness.record_path(wasp, 0, data, settings)
+    assert harness.record_path(method, 0, data, settings) != kept
+    kept.parent.mkdir(parents=True)
+    kept.write_text("{}")
+    assert harness.finished_record(method, 0, data, settings) is None  # WASP's run is no twin of it
+
+    monkeypatch.setattr("wasp_vllm.pipeline.Run", RunRecordingItsArgumentsForTests)
+    monkeypatch.setattr("wasp_vllm.pipeline.prepare", lambda cfg: cfg)
+    pool = type("PoolForTests", (), {"startup_s": {}})()
+    with pytest.raises(HandedOverForTests):
+        harness.run_one(method, 0, data, settings, pool, embedder=None)
+    assert isinstance(RunRecordingItsArgumentsForTests.handed["policy"], StubPolicyForTests)
+    with pytest.raises(HandedOverForTests):
+        harness.run_one(wasp, 0, data, settings, pool, embedder=None)
+    assert "policy" not in RunRecordingItsArgumentsForTests.handed  # the paper's: the run's default
+    with pytest.raises(KeyError, match="registered: stub"):
+        policies.policy_of("missing")
+
+
 def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
     """restore_records puts a results JSON's finished runs back under the keys they were kept by, so
     the benchmark finds them; a run without a key, or with a name that leaves the cache, is not."""

@@ -57,7 +57,7 @@ from wasp_vllm.privacy.gaussian import epsilon_for_sigma
 
 # this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-import report  # noqa: E402 - the benchmarks' reporting helper, next to this file
+import report  # noqa: E402 - the benchmarks' reporting helper, in benchmarks/
 
 log = logging.getLogger("hotpate_coverage")
 

@@ -37,6 +37,7 @@ os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parents[2]
 # this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
+from policies import policy_of  # noqa: E402 - experimental round policies, next to this file
 
 log = logging.getLogger("quality")
 
@@ -107,6 +108,17 @@ class Method:
     overrides: dict[str, Any] = field(default_factory=dict)
     m: int = 100  # private records drawn from the fit split
     only_private: bool = False
+    # An experimental round policy by name (policies.py), handed to the run, never a RunConfig
+    # setting; None runs the paper's.
+    policy: str | None = None
+
+    def key_fields(self) -> dict[str, Any]:
+        """What of the method a record key holds: a method without a policy keeps the key it had
+        before policies existed."""
+        fields = asdict(self)
+        if fields["policy"] is None:
+            del fields["policy"]
+        return fields
 
 
 @dataclass(frozen=True)
@@ -358,7 +370,8 @@ def run_key_config(method: Method, seed: int, data: Data, settings: Settings) ->
     ValueError where these settings cannot run the method."""
     if method.only_private:
         return None
-    return key_config(run_config(method, seed, data, settings).model_dump())
+    config = key_config(run_config(method, seed, data, settings).model_dump())
+    return config if method.policy is None else config | {"policy": method.policy}  # another run
 
 
 def record_path(method: Method, seed: int, data: Data, settings: Settings,
@@ -367,7 +380,7 @@ def record_path(method: Method, seed: int, data: Data, settings: Settings,
     where the caller has already built it), so a changed default is a new run, never a reuse."""
     if config is None:
         config = run_key_config(method, seed, data, settings)
-    what = {"method": asdict(method), "seed": seed, "dataset": data.task, "split": data.split,
+    what = {"method": method.key_fields(), "seed": seed, "dataset": data.task, "split": data.split,
             "quick": settings.quick, "engine": settings.engine, "config": config}  # fmt: skip
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return settings.work / "records" / f"{method.key.replace(':', '_')}-seed{seed}-{key}.json"
@@ -563,9 +576,9 @@ def run_one(
     cfg = run_config(method, seed, data, settings)
     out = settings.work / f"{method.key.replace(':', '-')}_s{seed}"
     started_before = sum(pool.startup_s.values())
-    manifest = (
-        Run(prepare(cfg), out, engine_factory=pool, embedder=embedder).execute(overwrite=True).to_json()
-    )
+    handed = {} if method.policy is None else {"policy": policy_of(method.policy)}  # an experiment
+    run = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder, **handed)
+    manifest = run.execute(overwrite=True).to_json()
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup
     record |= score_run(method, seed, data, out, manifest, embedder, extras)

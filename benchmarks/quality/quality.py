@@ -39,7 +39,7 @@ from typing import Any
 # this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-import report  # noqa: E402 - the benchmarks' reporting helper, next to this file
+import report  # noqa: E402 - the benchmarks' reporting helper, in benchmarks/
 from harness import (  # noqa: E402 - shared with quality_tasks.py, next to this file
     AS_PUBLISHED,
     AUTO_ENGINE,

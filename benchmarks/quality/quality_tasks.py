@@ -34,7 +34,7 @@ from typing import Any
 # this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-import report  # noqa: E402 - the benchmarks' reporting helper, next to this file
+import report  # noqa: E402 - the benchmarks' reporting helper, in benchmarks/
 from harness import (  # noqa: E402
     AS_PUBLISHED,
     AUTO_ENGINE,
@@ -55,6 +55,7 @@ from harness import (  # noqa: E402
     run_or_fail,
     setup_logging,
 )
+from policies import POLICIES  # noqa: E402
 from round_stats import ReferenceJudge, junk_share, round_stats  # noqa: E402
 from tasks_report import write_outputs  # noqa: E402
 
@@ -99,6 +100,9 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
         method = Method(key, label, group, overrides, m=m, only_private=key == "only-private")
         default = (key, "wasp") if group == "lever" else ("wasp", key)
         table[key] = (method, pair or default)
+    for name, (label, _) in POLICIES.items():  # experiments: WASP's settings, another round policy
+        key = f"policy-{name}"
+        table[key] = (Method(key, label, "lever", wasp, m=m, policy=name), (key, "wasp"))
     return table
 
 
