@@ -46,7 +46,7 @@ lint: $(STAMP)
 mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; CI runs the curated list)
 	PYTHON=$(abspath $(BIN))/python $(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40
 
-BENCH := engine_overhead reference_loop pipeline_stages topq_search served model_dtype engine_cores logprob_cost
+BENCH := engine_overhead reference_loop pipeline_stages topq_search served model_dtype engine_cores
 bench: $(STAMP)  # full size: tens of minutes on 2 cores
 	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py || exit 1; done
 
@@ -57,13 +57,13 @@ bench-render: $(STAMP)  # re-render results/*.md and *.png from their JSON, meas
 	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py --from-json benchmarks/results/$$b.json || exit 1; done
 
 bench-quality: $(STAMP)
-	$(BIN)/python benchmarks/quality.py
+	$(BIN)/python benchmarks/quality/quality.py
 
 bench-hotpate: $(STAMP)
-	$(BIN)/python benchmarks/hotpate_coverage.py
+	$(BIN)/python benchmarks/hotpate/hotpate_coverage.py
 
 bench-hotpate-yields: $(STAMP)  # private-token yields per accounting and epsilon (replay; --runs adds real runs)
-	$(BIN)/python benchmarks/hotpate_yields.py
+	$(BIN)/python benchmarks/hotpate/hotpate_yields.py
 
 clean:
 	rm -rf $(VENV) .cache runs
