@@ -317,8 +317,39 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     with pytest.raises(HandedOverForTests):
         harness.run_one(wasp, 0, data, settings, pool, embedder=None)
     assert "policy" not in RunRecordingItsArgumentsForTests.handed  # the paper's: the run's default
-    with pytest.raises(KeyError, match="registered: stub"):
+    with pytest.raises(KeyError, match="no experimental policy 'missing'; registered: .*stub"):
         policies.policy_of("missing")
+
+
+def test_the_signal_switch_falls_back_to_zero_shot_and_even_plms_only_where_the_votes_are_noise() -> None:
+    """Votes that are noise alone (signal share about 0) give no pools and even PLM shares; votes far
+    above their public sigma give the paper's pools and weights."""
+    import policies
+
+    from wasp_vllm.pipeline.policy import PaperPolicy, VotedSamples
+    from wasp_vllm.privacy.voting import NoisyVotes
+
+    rng = np.random.default_rng(0)
+    n, sigma = 400, 3.0
+    samples = VotedSamples(
+        texts=[f"s{i}" for i in range(n)], labels=np.arange(n) % 2, plms=(np.arange(n) // 2) % 2,
+        embeddings=np.zeros((n, 4), np.float32), n_labels=2, n_plms=2,
+    )  # fmt: skip
+    switch, paper = policies.policy_of("signal-switch"), PaperPolicy()
+    noise = NoisyVotes(rng.normal(0, sigma, n), rng.normal(0, sigma, n), sigma, 8)
+    assert policies.signal_share(noise) < 0.1
+    pools = switch.pools(noise, samples, 4)
+    assert all(p.size == 0 for p in [*pools.good.values(), *pools.bad.values()])
+    np.testing.assert_allclose(switch.plm_weights(noise, samples, np.array([0.9, 0.1])), [0.5, 0.5])
+    signal = np.where(samples.plms == 0, 40.0, 0.0) * rng.random(n)
+    strong = NoisyVotes(signal + rng.normal(0, sigma, n), rng.normal(0, sigma, n), sigma, 8)
+    assert policies.signal_share(strong) > 0.8
+    chosen, expected = switch.pools(strong, samples, 4), paper.pools(strong, samples, 4)
+    assert all(np.array_equal(chosen.good[c], expected.good[c]) for c in range(2))
+    prev = np.array([0.5, 0.5])
+    np.testing.assert_allclose(
+        switch.plm_weights(strong, samples, prev), paper.plm_weights(strong, samples, prev)
+    )
 
 
 def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
