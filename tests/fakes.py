@@ -58,14 +58,13 @@ WORDS = [
 
 
 def _label_phrases() -> dict[str, str]:
-    """Every built-in task's label phrase in its prompts (both styles) -> the paper-style phrase,
-    which is what the label check compares samples with."""
+    """Every built-in task's label phrase in its prompts -> itself, what the label check compares
+    samples with."""
     phrases: dict[str, str] = {}
     for name in list_tasks():
         task = get_task(name)
         for label in task.labels:
-            for style in ("paper", "short"):
-                phrases[task.label_text(label, style)] = task.label_text(label)
+            phrases[task.label_text(label)] = task.label_text(label)
     return phrases
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH))
+sys.path[:0] = [str(BENCH), str(BENCH / "quality"), str(BENCH / "hotpate")]  # the scripts' own folders
 
 import engine_overhead  # noqa: E402
 import gen_workload  # noqa: E402
@@ -203,18 +203,18 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
         return harness.record_path(method, 0, data, settings)
 
     as_before = path()
-    off = {"label_prior_smoothing": 0.0, "label_prior_floor": 0.0, "zero_shot_share": 0.0,
-           "voted_samples": "all", "pool_label_filter": 0.0, "min_sample_logprob": None,
-           "max_sample_logprob": None, "vote_cluster_size": 0, "pool_per_cluster": 0,
-           "pool_far_filter": 0.0}  # fmt: skip
-    assert path(later_prompt="few_shot", **off) == as_before
-    changed = [path(later_prompt="zero_shot"), path(label_prior="private", label_prior_smoothing=0.5),
-               path(label_prior="private", label_prior_floor=0.5),
-               path(few_shot_examples=4), path(zero_shot_share=0.5), path(far_votes="auto"),
-               path(voted_samples="newest"), path(pool_label_filter=0.5),
-               path(max_sample_logprob=-1.25), path(vote_cluster_size=8),
-               path(vote_cluster_size=8, pool_per_cluster=2), path(pool_far_filter=0.5)]  # fmt: skip
-    assert len({as_before, *changed}) == 13
+    assert path(later_prompt="few_shot") == as_before
+    changed = [path(later_prompt="zero_shot"), path(label_prior="private"), path(far_votes="auto"),
+               path(temperature=0.7), path(label_check="off")]  # fmt: skip
+    assert len({as_before, *changed}) == 6
+    # The settings that left RunConfig at tag levers-2026-12 keep the keys of the records made before:
+    # a configuration with them at their last defaults and one without them are the same key.
+    config = harness.run_config(method, 0, data, harness.Settings("vllm", 24, 2, None, tmp_path)).model_dump()
+    gone = {**harness.REMOVED_IN_KEY, **harness.REMOVED_OUT_OF_KEY}
+    before = harness.key_config({**config, **gone})
+    assert harness.key_config({k: v for k, v in config.items() if k not in gone}) == before
+    assert {k: before[k] for k in harness.REMOVED_IN_KEY} == harness.REMOVED_IN_KEY
+    assert not set(harness.REMOVED_OUT_OF_KEY) & set(before)
     # Both histograms, as every run released before far_votes existed: the old records stay valid
     # (--far-votes auto makes these two release both, or nothing).
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)
@@ -233,18 +233,20 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
 
 
 def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(tmp_path: Path) -> None:
-    """A lever whose value became the default (``wasp-gate-off`` once the gate went off) and today's
-    ``wasp`` are one run: ``wasp`` reuses the lever's record under its own name. A method whose
-    configuration differs in anything (the gate on, another M) is no twin and runs."""
+    """A lever whose value became the default (``wasp-uniform-prior`` once the even label split was
+    the default) and today's ``wasp`` are one run: ``wasp`` reuses the lever's record under its own
+    name. A method whose configuration differs in anything (the private prior, another M) is no twin
+    and runs."""
     import harness
 
     data = harness.Data("trec", "validation")
     wasp = harness.Method("wasp", "WASP", "main", {})
-    same = harness.Method("wasp-gate-off", "gate off", "lever", {"quality_gate": False})
-    other = harness.Method("wasp-gate-on", "gate on", "lever", {"quality_gate": True})
-    fewer = harness.Method("wasp-gate-off-m50", "gate off, M 50", "lever", {"quality_gate": False}, m=50)
+    same = harness.Method("wasp-uniform-prior", "uniform", "lever", {"label_prior": "uniform"})
+    other = harness.Method("wasp-private-prior", "private", "lever", {"label_prior": "private"})
+    fewer = harness.Method("wasp-uniform-m50", "uniform, M 50", "lever", {"label_prior": "uniform"}, m=50)
     private = harness.Method("only-private", "OnlyPrivate", "baseline", {}, only_private=True)  # runs no PLM
-    invalid = harness.Method("wasp-many", "99 examples", "lever", {"few_shot_examples": 99})  # > s: no run
+    # the private prior splits the budget in mu^2, which the paper's accountant cannot: no run
+    invalid = harness.Method("wasp-bad", "bad", "lever", {"label_prior": "private", "accountant": "paper"})
     settings = harness.Settings("vllm", 24, 2, None, tmp_path, twins=(private, invalid, wasp, same, other))
     alone = harness.Settings("vllm", 24, 2, None, tmp_path)
     harness.record_path(private, 0, data, settings).parent.mkdir(parents=True)
@@ -265,6 +267,89 @@ def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(t
     assert reused and record["macro_f1"] == 0.5
     assert (record["method"], record["label"], record["group"]) == ("wasp", "WASP", "main")
     assert record["cache_key"] == kept.name  # a fresh clone restores it under the key it was kept by
+
+
+def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round policy registered in policies.py is measured as the method policy-NAME with WASP's
+    settings: its record key holds the policy's name (another run, never WASP's twin), a method
+    without one keeps the key it had before policies existed, and the run is handed an instance of
+    the policy, never a setting."""
+    import harness
+    import policies
+    import quality_tasks
+
+    class StubPolicyForTests:  # a stand-in: the harness only hands it on
+        name = "stub"
+
+    class HandedOverForTests(Exception):
+        pass
+
+    class RunRecordingItsArgumentsForTests:
+        handed: dict = {}
+
+        def __init__(self, ctx, out, **kwargs) -> None:
+            RunRecordingItsArgumentsForTests.handed = kwargs
+
+        def execute(self, overwrite: bool):
+            raise HandedOverForTests
+
+    monkeypatch.setitem(policies.POLICIES, "stub", ("WASP, stub policy", StubPolicyForTests))
+    table = quality_tasks.method_table(100)
+    (method, pair), wasp = table["policy-stub"], table["wasp"][0]
+    assert method.policy == "stub" and pair == ("policy-stub", "wasp") and method.overrides == wasp.overrides
+    assert "policy" not in wasp.key_fields() and method.key_fields()["policy"] == "stub"
+    data = harness.Data("trec", "validation")
+    settings = harness.Settings("vllm", 24, 2, None, tmp_path, twins=(wasp,))
+    kept = harness.record_path(wasp, 0, data, settings)
+    assert harness.record_path(method, 0, data, settings) != kept
+    kept.parent.mkdir(parents=True)
+    kept.write_text("{}")
+    assert harness.finished_record(method, 0, data, settings) is None  # WASP's run is no twin of it
+
+    monkeypatch.setattr("wasp_vllm.pipeline.Run", RunRecordingItsArgumentsForTests)
+    monkeypatch.setattr("wasp_vllm.pipeline.prepare", lambda cfg: cfg)
+    pool = type("PoolForTests", (), {"startup_s": {}})()
+    with pytest.raises(HandedOverForTests):
+        harness.run_one(method, 0, data, settings, pool, embedder=None)
+    assert isinstance(RunRecordingItsArgumentsForTests.handed["policy"], StubPolicyForTests)
+    with pytest.raises(HandedOverForTests):
+        harness.run_one(wasp, 0, data, settings, pool, embedder=None)
+    assert "policy" not in RunRecordingItsArgumentsForTests.handed  # the paper's: the run's default
+    with pytest.raises(KeyError, match="no experimental policy 'missing'; registered: .*stub"):
+        policies.policy_of("missing")
+
+
+def test_the_signal_switch_falls_back_to_zero_shot_and_even_plms_only_where_the_votes_are_noise() -> None:
+    """Votes that are noise alone (signal share about 0) give no pools and even PLM shares; votes far
+    above their public sigma give the paper's pools and weights."""
+    import policies
+
+    from wasp_vllm.pipeline.policy import PaperPolicy, VotedSamples
+    from wasp_vllm.privacy.voting import NoisyVotes
+
+    rng = np.random.default_rng(0)
+    n, sigma = 400, 3.0
+    samples = VotedSamples(
+        texts=[f"s{i}" for i in range(n)], labels=np.arange(n) % 2, plms=(np.arange(n) // 2) % 2,
+        embeddings=np.zeros((n, 4), np.float32), n_labels=2, n_plms=2,
+    )  # fmt: skip
+    switch, paper = policies.policy_of("signal-switch"), PaperPolicy()
+    noise = NoisyVotes(rng.normal(0, sigma, n), rng.normal(0, sigma, n), sigma, 8)
+    assert policies.signal_share(noise) < 0.1
+    pools = switch.pools(noise, samples, 4)
+    assert all(p.size == 0 for p in [*pools.good.values(), *pools.bad.values()])
+    np.testing.assert_allclose(switch.plm_weights(noise, samples, np.array([0.9, 0.1])), [0.5, 0.5])
+    signal = np.where(samples.plms == 0, 40.0, 0.0) * rng.random(n)
+    strong = NoisyVotes(signal + rng.normal(0, sigma, n), rng.normal(0, sigma, n), sigma, 8)
+    assert policies.signal_share(strong) > 0.8
+    chosen, expected = switch.pools(strong, samples, 4), paper.pools(strong, samples, 4)
+    assert all(np.array_equal(chosen.good[c], expected.good[c]) for c in range(2))
+    prev = np.array([0.5, 0.5])
+    np.testing.assert_allclose(
+        switch.plm_weights(strong, samples, prev), paper.plm_weights(strong, samples, prev)
+    )
 
 
 def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
@@ -335,164 +420,6 @@ def test_a_replayed_vote_is_matched_to_its_samples_by_id(tmp_path: Path) -> None
     pq.write_table(pa.table({"id": ["a", "c"], "h_near": [1.0, 2.0]}), rounds / "votes-000.parquet")
     with pytest.raises(ValueError, match="1 voted ids are no sample written through round 0"):
         round_stats.voted_samples(tmp_path, tables, 0)
-
-
-def test_the_replayed_pools_are_the_examples_the_prompts_showed_under_the_pool_filter(tmp_path: Path) -> None:
-    """round_stats replays a run's pools from its votes file; under --pool-label-filter it must set
-    aside what the run set aside, or the copy figures measure examples no prompt showed."""
-    import re
-
-    import round_stats
-
-    from tests.fakes import HashEmbedderForTests
-    from tests.test_levers import WrongLabelEngineForUnitTests, run
-    from wasp_vllm.tasks import get_task
-
-    engines: dict[str, WrongLabelEngineForUnitTests] = {}
-
-    def factory(name: str, _cfg: object) -> WrongLabelEngineForUnitTests:
-        return engines.setdefault(name, WrongLabelEngineForUnitTests(name))
-
-    cfg, manifest, _ = run(tmp_path, factory, label_check="off", pool_label_filter=0.5)
-    prompts = [p for engine in engines.values() for p in engine.prompts]
-    shown = {text for p in prompts for text in re.findall(r'review is: "([^"]*)"', p)}
-    task, out = get_task("drugs"), tmp_path / "out"
-    tables = round_stats.round_tables(out)
-
-    def replayed(eligible_of: Callable | None) -> set[str]:
-        pools = round_stats.pools_per_round(out, tables, list(task.labels), cfg.s, eligible_of)
-        return {text for by_label in pools.values() for good, _ in by_label.values() for text in good}
-
-    embedder = HashEmbedderForTests()
-    assert len(shown) > 6
-    assert replayed(round_stats.pool_label_filter_of(task, manifest["config"], embedder)) == shown
-    assert replayed(None) != shown  # a replay that ignores the filter shows other examples
-    assert round_stats.pool_label_filter_of(task, {"pool_label_filter": 0.0}, embedder) is None
-
-
-def _run_folder(root: Path, task: str, near: list[float], plms: list[str]) -> None:
-    """A finished two-round WASP run as plm_weight_noise reads it: rounds, one vote, a manifest."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rounds = root / task / "wasp_s0" / "private" / "rounds"
-    rounds.mkdir(parents=True)
-    ids = [f"r0-{i}" for i in range(len(plms))]
-    pq.write_table(pa.table({"id": ids, "plm": plms}), rounds / "round-000.parquet")
-    pq.write_table(pa.table({"id": ["r1-0"], "plm": ["a"]}), rounds / "round-001.parquet")
-    pq.write_table(pa.table({"id": ids, "h_near": near}), rounds / "votes-000.parquet")
-    weights = {"weights_after": [0.8, 0.2]}
-    manifest = {"config": {"plms": ["a", "b"], "n": 5},
-                "privacy": {"ledger": {"sigmas": [9.0, 2.0]}},  # the label prior's sigma, then the votes'
-                "rounds": [{"round": 0, **weights}, {"round": 1, **weights}]}  # fmt: skip
-    (root / task / "wasp_s0" / "manifest.json").write_text(json.dumps(manifest))
-
-
-def test_plm_weight_noise_measures_the_gap_between_plms_in_units_of_its_noise(tmp_path: Path) -> None:
-    """z = (S_a/c_a - S_b/c_b) / (sigma sqrt(1/c_a + 1/c_b)) with the votes' sigma, for each vote;
-    runs of one seed whose z paths match are reported as taking the same path."""
-    import plm_weight_noise
-
-    _run_folder(tmp_path, "trec", [3.0, 1.0, 0.0, 1.0], ["a", "a", "b", "b"])
-    _run_folder(tmp_path, "tweets", [2.0, 2.0, 0.0, 0.0], ["a", "a", "b", "b"])
-    runs = plm_weight_noise.collect(tmp_path, ["wasp"], None)
-    assert [r["task"] for r in runs] == ["trec", "tweets"]
-    (vote,) = runs[0]["rounds"]  # the last round does not vote
-    assert vote["counts"] == [2, 2] and vote["vote_sums"] == [4.0, 1.0]
-    assert vote["z"] == pytest.approx((2.0 - 0.5) / (2.0 * np.sqrt(1 / 2 + 1 / 2)))
-    # the share of the votes' spread that is not the noise: 1 - sigma^2 / var(votes)
-    assert vote["signal_share"] == pytest.approx(1 - 2.0**2 / np.var([3.0, 1.0, 0.0, 1.0], ddof=1))
-    shares = [1 - 2.0**2 / np.var(v, ddof=1) for v in ([3.0, 1.0, 0.0, 1.0], [2.0, 2.0, 0.0, 0.0])]
-    assert plm_weight_noise.signal_rows(runs, 1) == [["wasp", 2, "2", f"{np.mean(shares):.2f}"]]
-    assert plm_weight_noise.collect(tmp_path, ["wasp-no-weighting"], None) == []
-    (tmp_path / "trec" / "wasp_s0" / "private" / "rounds" / "round-000.parquet").unlink()
-    with pytest.raises(FileNotFoundError):
-        plm_weight_noise.collect(tmp_path, ["wasp"], None)
-
-
-def test_plm_weight_noise_says_whether_one_seed_took_one_path_over_tasks() -> None:
-    import plm_weight_noise
-
-    def run(task: str, seed: int, zs: list[float], method: str = "wasp") -> dict:
-        return {"task": task, "method": method, "seed": seed, "rounds": [{"z": z} for z in zs]}
-
-    same = plm_weight_noise.same_path([run("a", 0, [0.1, -1.0, -2.0]), run("b", 0, [0.3, -0.8, -2.5])])
-    apart = plm_weight_noise.same_path([run("a", 1, [0.1, -1.0, -2.0]), run("b", 1, [-2.0, 1.0, 0.1])])
-    together, opposite = same["wasp seed 0"], apart["wasp seed 1"]
-    assert together is not None and opposite is not None
-    assert together == pytest.approx(np.corrcoef([0.1, -1.0, -2.0], [0.3, -0.8, -2.5])[0, 1])
-    assert together > 0.9
-    assert opposite < 0
-    # two methods of one seed are two paths, never pooled into one correlation
-    two = [run("a", 0, [0.1, -1.0, -2.0]), run("b", 0, [-2.0, 1.0, 0.1], "other")]
-    mixed = plm_weight_noise.same_path(two)
-    assert set(mixed) == {"wasp seed 0", "other seed 0"} and set(mixed.values()) == {None}
-
-
-def test_data_size_counts_a_near_duplicate_only_against_earlier_samples() -> None:
-    import data_size
-
-    emb = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.01], [0.0, -1.0]])  # row 2 repeats row 0
-    assert data_size.near_duplicate_share(emb).tolist() == [False, False, True, False]
-    assert not data_size.near_duplicate_share(emb[:1]).any()
-
-
-def test_data_size_curve_draws_subsets_of_each_size_and_scores_the_whole_once() -> None:
-    import data_size
-
-    class CountingScorer:  # a stand-in for the task model: the score is the share of label 1
-        task = type("Task", (), {"labels": ("a", "b")})
-
-        def __init__(self) -> None:
-            self.sizes: list[int] = []
-
-        def score(self, emb: np.ndarray, y: np.ndarray, seed: int) -> tuple[float, np.ndarray, np.ndarray]:
-            self.sizes.append(len(y))
-            shares = np.bincount(y, minlength=2) / len(y)
-            return float(np.mean(y)), shares, shares
-
-    y = np.array([0] * 100 + [1] * 100)
-    scorer = CountingScorer()
-    curve = data_size.random_curve(scorer, np.zeros((200, 2)), y, seed=0, draws=3)  # type: ignore[arg-type]
-    assert [c["size"] for c in curve] == [75, 150, 200]
-    assert scorer.sizes == [75] * 3 + [150] * 3 + [200]
-    assert curve[-1]["macro_f1"] == 0.5 and curve[-1]["std"] == 0.0
-    assert curve[-1]["predicted_shares"] == {"a": 0.5, "b": 0.5}
-    assert curve[0]["std"] > 0  # the draws differ
-
-
-def test_data_size_margin_filter_keeps_samples_whose_own_label_leads_by_the_margin() -> None:
-    import data_size
-
-    class Prototypes:  # label descriptions "a" -> (1, 0), "b" -> (0, 1): cosine is the coordinate
-        def encode(self, texts: list[str]) -> np.ndarray:
-            return np.array([[1.0, 0.0] if t == "a" else [0.0, 1.0] for t in texts])
-
-    class KeptScorer:  # records what each classifier was trained on; the score is the share of label 1
-        task = type("Task", (), {"labels": ("a", "b"), "label_text": staticmethod(lambda lab: lab)})
-        trained: list[list[float]] = []
-
-        def macro_f1(self, emb: np.ndarray, y: np.ndarray, seed: int) -> float:
-            self.trained.append(sorted(emb[:, 0].round(2).tolist()))
-            return float(np.mean(y))
-
-    # unit rows; own label a for the first three (leads 0.64, 0.2, -0.37), b for the rest (0.89, 0.65, 0.2)
-    x = np.array([0.95, 0.8, 0.5, 0.1, 0.3, 0.6])
-    emb = np.stack([x, np.sqrt(1 - x**2)], axis=1)
-    y = np.array([0, 0, 0, 1, 1, 1])
-    lead = np.where(y == 0, emb[:, 0] - emb[:, 1], emb[:, 1] - emb[:, 0])
-    rows = data_size.margin_filter(KeptScorer(), Prototypes(), emb, y, 0, 2, [0.0, 0.5, 0.95])  # type: ignore[arg-type]
-    assert [r["kept"] for r in rows] == [5, 3] == [(lead >= 0).sum(), (lead >= 0.5).sum()]  # 0.95: none
-    assert KeptScorer.trained[2] == sorted(emb[lead >= 0, 0].round(2).tolist())  # after the 2 random draws
-    assert all(len(t) == rows[0]["kept"] for t in KeptScorer.trained[:2])  # random subsets as large
-
-
-def test_data_size_refuses_a_folder_that_is_no_finished_run(tmp_path: Path) -> None:
-    import data_size
-
-    (tmp_path / "manifest.json").write_text("{}")  # no synthetic.parquet: an unfinished run
-    assert data_size.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2
-    assert not (tmp_path / "out").exists()  # nothing written
 
 
 class CountingFakeEmbedder:
@@ -613,31 +540,6 @@ def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, mo
     assert quality_tasks.ResultsWriter(tmp_path / "new").write(short) == tmp_path / "new"
 
 
-def test_example_fidelity_bins_the_leads_and_replays_the_filter(tmp_path: Path) -> None:
-    import example_fidelity
-
-    from tests.fakes import HashEmbedderForTests
-    from tests.test_levers import LABELS, WrongLabelEngineForUnitTests, run
-    from wasp_vllm.tasks import get_task
-
-    bins = example_fidelity.lead_bins(np.array([-0.01, 0.01, 0.03, 0.03, 0.2]),
-                                      np.array([False, False, True, False, True]))  # fmt: skip
-    assert [b["n"] for b in bins] == [1, 1, 2, 0, 1]
-    assert [b["agreement"] for b in bins] == [0.0, 0.0, 0.5, None, 1.0]
-
-    class WordJudgeForTests:  # the reference classifier's stand-in: the label word a sample starts with
-        embedder = HashEmbedderForTests()
-
-        def predict(self, task_name: str, texts: list[str]) -> np.ndarray:
-            return np.array([LABELS.index(text.split()[0]) for text in texts])
-
-    run(tmp_path, WrongLabelEngineForUnitTests, label_check="off")
-    found = example_fidelity.one_run(tmp_path / "out", get_task("drugs"), WordJudgeForTests())
-    assert len(found["leads"]) == len(found["agrees"]) == 90 and len(found["round0"]) == 30
-    agreement = {share: np.mean(verdicts) for share, verdicts in found["examples"].items()}
-    assert agreement["0.5"] == 1.0 > agreement["0.0"]  # the filter keeps the off-label half out
-
-
 @pytest.mark.parametrize("name", ["model_dtype", "model_dtype_amx"])  # an AVX2-only CPU, one with AMX
 def test_number_type_result_re_renders(tmp_path: Path, name: str) -> None:
     import model_dtype
@@ -660,17 +562,3 @@ def test_engine_cores_result_re_renders(tmp_path: Path) -> None:
     payload = json.loads(saved.read_text())
     for runs in payload["results"]["runs"].values():  # both variants ran every repetition, alternating
         assert len(runs["one held back"]) == len(runs["every core"]) == payload["settings"]["reps"]
-
-
-def test_logprob_cost_result_re_renders(tmp_path: Path) -> None:
-    import logprob_cost
-
-    saved = BENCH / "results" / "logprob_cost.json"
-    assert logprob_cost.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "logprob_cost.md").read_text() == (BENCH / "results" / "logprob_cost.md").read_text()
-    payload = json.loads(saved.read_text())
-    for runs in payload["results"]["runs"].values():  # both variants ran every repetition, same tokens
-        assert len(runs["plain"]) == len(runs["logprobs"]) == payload["settings"]["reps"]
-        assert {r["tokens"] for r in runs["plain"] + runs["logprobs"]} == {
-            payload["settings"]["n_prompts"] * payload["settings"]["new_tokens"]
-        }

@@ -46,7 +46,7 @@ from wasp_vllm.privacy.audit import one_run_epsilon_lower_bound, one_run_p_value
 LABELS = ["positive", "neutral", "negative"]
 SETTINGS: dict[str, Any] = dict(
     plms=["a"], task="drugs", n=96, rounds=2, q=2, s=2, private_limit=None, epsilon=0.5, label_check="off",
-    quality_gate=False, label_prior="uniform",
+    label_prior="uniform",
 )  # fmt: skip
 
 
@@ -142,9 +142,9 @@ def planted_leak(monkeypatch):
         private[:] = ctx.private.texts
         return ctx
 
-    def build_prompt(task, kind, label, attribute, good=(), bad=(), style="paper"):
+    def build_prompt(task, kind, label, attribute, good=(), bad=()):
         leaked = draw.sample(private, 2) if private else []
-        return real_build(task, "few_shot", label, attribute, good=leaked, bad=(), style=style)
+        return real_build(task, "few_shot", label, attribute, good=leaked, bad=())
 
     monkeypatch.setattr(pipeline, "prepare", prepare)
     monkeypatch.setattr(prompts, "build_prompt", build_prompt)

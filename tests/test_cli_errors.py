@@ -157,11 +157,6 @@ def _bad_input_cases(tmp: Path) -> list[tuple[str, dict, str]]:
             {"label_prior": "private", "parties": "3"},
             "label_prior=private cannot be used with parties",
         ),
-        (
-            "label-prior-floor-without-a-prior",
-            {"label_prior": "uniform", "label_prior_floor": "0.5"},
-            "label_prior_floor: only for a private label prior, and this run splits its labels evenly",
-        ),
         ("s-larger-than-pools", {"s": "50"}, "s=50 is larger than any pool"),
         ("epsilon-zero", {"epsilon": "0"}, "epsilon: Input should be greater than 0"),
         ("epsilon-negative", {"epsilon": "-1"}, "epsilon: Input should be greater than 0"),
@@ -208,6 +203,7 @@ def test_unreadable_file(env):
     ("name", "text", "expected"),
     [
         ("run.toml", "n = 36\nbogus = 1\n", "unknown setting 'bogus'"),
+        ("run.toml", "n = 36\nquality_gate = true\n", "quality_gate: measured, not adopted and removed"),
         ("run.yaml", "n: 36\nepsilonn: 2\n", "unknown setting 'epsilonn' (did you mean 'epsilon'?)"),
         ("run.toml", "n = [1, 2\n", "could not be parsed"),
         ("run.json", "{}", "must end in .toml, .yaml or .yml"),

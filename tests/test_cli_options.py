@@ -97,11 +97,11 @@ def test_evaluate_options_reach_its_settings(monkeypatch, tmp_path):
     (tmp_path / "s.parquet").write_bytes(b"")  # only its existence is checked before `stop`
     (tmp_path / "manifest.json").write_text(json.dumps({"config": {"task": "drugs"}}))  # the run's task
     args = ["evaluate", "--synthetic", str(tmp_path / "s.parquet"), "--test", "drugs", "--m", "7",
-            "--no-weights", "--model", "logreg", "--reference", "drugs:fit",
+            "--model", "logreg", "--reference", "drugs:fit",
             "--reference-public"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "stop here" in result.output
-    assert seen == EvalSettings(test="drugs", private_limit=7, use_weights=False, reference="drugs:fit",
+    assert seen == EvalSettings(test="drugs", private_limit=7, reference="drugs:fit",
                                 reference_public=True).model_dump()  # fmt: skip
     bad = CliRunner().invoke(app, [*args[:5], "--model", "svm"])
     assert bad.exit_code == 2 and "model" in bad.output and "logreg" in bad.output

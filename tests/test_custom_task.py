@@ -28,7 +28,7 @@ def test_the_template_is_a_valid_task_as_written(tmp_path, monkeypatch):
     spec = get_task("tickets.toml")  # the loader --task uses
     assert spec.name == "tickets" and spec.labels == ["label_a", "label_b"]
     assert spec.alias_map()["first"] == "label_a"
-    templates = spec.prompt_templates()
+    templates = spec.templates
     assert all(getattr(templates, kind).endswith('"') for kind in PROMPT_KINDS)
     text = Path("tickets.toml").read_text()
     assert text.count("\n#") >= 10  # commented: every section says what it is for

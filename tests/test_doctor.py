@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from wasp_vllm.cli import app
+from wasp_vllm.data.builtin import BUILTIN
 from wasp_vllm.engines.registry import ModelError
 from wasp_vllm.ops import doctor
 from wasp_vllm.ops.doctor import MISSING, OK, UNUSABLE, Row
@@ -111,7 +112,7 @@ def test_embedders_data_faiss_and_chromium_rows(monkeypatch, tmp_path):
     )
     assert doctor.data_row().status in (OK, MISSING)
     data = by_key(doctor.data_rows())  # one row per built-in set; the Makefile installs them all
-    assert set(data) == {"drugs", "rotten_tomatoes", "imdb", "tweets", "trec"}
+    assert set(data) == set(BUILTIN) >= {"drugs", "rotten_tomatoes", "imdb", "tweets", "trec"}
     assert all(r.status == OK for r in data.values()), [r.detail for r in data.values()]
     faiss = by_key(doctor.faiss_rows())
     assert faiss["faiss"].status == OK and faiss["faiss-gpu"].status in (OK, MISSING)

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -63,72 +62,6 @@ def test_vllm_engine_seeds_stops_and_chat_template():
     assert all(0 < c.n_tokens <= 24 for c in first)
     assert all('"' not in c.text for c in first)  # the stop string ends each sample
     assert "<|im_start|>user" in formatted and formatted.endswith('assistant\n"')
-
-
-def teacher_forced_means(engine, prompt: str, completions) -> list[tuple[float, float]]:
-    """(engine's mean log-probability, one forward pass's) for each completion whose text encodes
-    back to as many tokens as the engine wrote (a text that re-tokenises otherwise is skipped)."""
-    import torch
-
-    tokenizer, model = engine._tokenizer, engine._model
-    prompt_ids = tokenizer(engine.format_prompt(prompt), add_special_tokens=not engine.chat).input_ids
-    pairs = []
-    for c in completions:
-        sample_ids = tokenizer(c.text, add_special_tokens=False).input_ids
-        if len(sample_ids) != c.n_tokens:
-            continue
-        ids = torch.tensor([prompt_ids + sample_ids])
-        with torch.inference_mode():
-            logp = torch.log_softmax(model(ids).logits[0, len(prompt_ids) - 1 : -1].float(), dim=-1)
-        forced = logp.gather(1, ids[0, len(prompt_ids) :, None]).mean().item()
-        pairs.append((c.mean_logprob, forced))
-    return pairs
-
-
-def sample_logprob_runs(engine) -> tuple[str, list, list]:
-    """The prompt, and its four samples of 16 tokens without and with log-probabilities asked for
-    (no stop string, no end of text before 16 tokens, so every token written is part of the text)."""
-    prompt = build_prompt(get_task("drugs"), "zero_shot", "negative", "Migraine")
-    params = GenerationParams(max_new_tokens=16, min_new_tokens=16)
-    plain = engine.generate([prompt] * 4, [5, 6, 7, 8], params)
-    scored = engine.generate([prompt] * 4, [5, 6, 7, 8], replace(params, logprobs=True))
-    return prompt, plain, scored
-
-
-def test_hf_engine_mean_logprob_is_the_raw_models_own():
-    """The transformers engine's mean log-probability equals a teacher-forced forward pass over the
-    same tokens: raw logits, not the top-k-renormalised ones the sampler drew from."""
-    from wasp_vllm.engines.hf_engine import HFEngine
-    from wasp_vllm.engines.registry import resolve_plm
-
-    engine = HFEngine(resolve_plm("smollm2"), batch_size=4, dtype="float32")
-    prompt, plain, scored = sample_logprob_runs(engine)
-    pairs = teacher_forced_means(engine, prompt, scored)
-    assert all(c.mean_logprob is None for c in plain)  # not asked, not computed
-    assert len(pairs) >= 2, [c.text for c in scored]
-    assert all(abs(mine - forced) < 1e-3 for mine, forced in pairs), pairs
-
-
-def test_vllm_engine_mean_logprob_matches_a_forward_pass():
-    """vLLM's mean log-probability (raw logits, its default mode) matches a float32 forward pass of
-    transformers over the same tokens, within what vLLM's number type explains."""
-    from wasp_vllm.config import RunConfig
-    from wasp_vllm.engines import EngineOptions
-    from wasp_vllm.engines.hf_engine import HFEngine
-    from wasp_vllm.engines.registry import resolve_plm
-    from wasp_vllm.engines.vllm_engine import VLLMEngine
-
-    engine = VLLMEngine(resolve_plm("smollm2"), EngineOptions.from_config(RunConfig(max_model_len=1024)))
-    try:
-        prompt, plain, scored = sample_logprob_runs(engine)
-    finally:
-        engine.close()
-    pairs = teacher_forced_means(
-        HFEngine(resolve_plm("smollm2"), batch_size=4, dtype="float32"), prompt, scored
-    )
-    assert all(c.mean_logprob is None for c in plain)
-    assert len(pairs) >= 2, [c.text for c in scored]
-    assert all(abs(mine - forced) < 0.15 for mine, forced in pairs), pairs
 
 
 def generate_args(out: Path, engine: str, plms: str, n: int, *extra: str) -> list[str]:

@@ -30,6 +30,7 @@ import pytest
 from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import RunConfig
+from wasp_vllm.config.run import REMOVED
 from wasp_vllm.pipeline import Run, prepare
 from wasp_vllm.pipeline.manifest import Manifest
 
@@ -38,7 +39,7 @@ LABELS = ["positive", "neutral", "negative"]
 UPDATE = os.environ.get("WASP_UPDATE_GOLDEN") == "1"
 
 BASE = dict(plms=["a", "b"], task="drugs", private="private.csv", private_limit=None, n=36, rounds=3, q=2,
-            s=2, noise_seed=11, concurrent=False, seed=3, quality_gate=False,
+            s=2, noise_seed=11, concurrent=False, seed=3,
             label_prior="uniform", far_votes="on")  # fmt: skip
 CASES: dict[str, dict] = {
     "wasp": {},
@@ -64,6 +65,8 @@ def _renamed(golden: dict) -> dict:
     """Fields deliberately renamed since the golden files were recorded (issue 13): the ablations
     were the settings ``contrastive`` / ``weighting`` and are now strategies of their own."""
     config = golden["config"]
+    for name in REMOVED:  # rejected levers left the settings (2026-12), recorded at their off value
+        config.pop(name, None)
     if not config.pop("contrastive", True):
         config["strategy"] += "-no-contrast"
     if not config.pop("weighting", True):
@@ -74,13 +77,7 @@ def _renamed(golden: dict) -> dict:
 #: Fields added to a round's record since the golden files were recorded (issues 14, 15).
 ADDED_ROUND_FIELDS = ("missing", "rejects")
 #: Settings added since: the golden runs have them at the value here, which behaves as before they existed.
-ADDED_SETTINGS = {"prompt_style": "paper", "quality_gate": False, "label_prior": "uniform",
-                  "label_prior_share": 0.1, "label_prior_smoothing": 0.0,
-                  "label_prior_floor": 0.0, "final_vote": False, "few_shot_examples": None,
-                  "zero_shot_share": 0.0, "far_votes": "on", "voted_samples": "all",
-                  "plm_weighting": "votes", "pool_label_filter": 0.0, "min_sample_logprob": None,
-                  "max_sample_logprob": None, "vote_cluster_size": 0,
-                  "pool_per_cluster": 0, "pool_far_filter": 0.0}  # fmt: skip
+ADDED_SETTINGS = {"label_prior": "uniform", "label_prior_share": 0.1, "far_votes": "on"}
 #: Fields added to the privacy plan since: both histograms released, as before the field existed.
 ADDED_PLAN_FIELDS = {"histograms": 2}
 

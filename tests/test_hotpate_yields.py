@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH))
+sys.path[:0] = [str(BENCH / "hotpate"), str(BENCH)]  # the Hot PATE scripts, then report.py
 
 import hotpate_simulate as sim  # noqa: E402
 import hotpate_yields  # noqa: E402
@@ -57,7 +57,7 @@ def test_committed_results_re_render(tmp_path: Path) -> None:
         pytest.skip("no committed results yet")
     hotpate_yields.main(["--from-json", str(saved), "--out", str(tmp_path)])
     md = (tmp_path / "hotpate_yields.md").read_text()
-    assert md.splitlines()[2].startswith("Reproduce: `python benchmarks/hotpate_yields.py")
+    assert md.splitlines()[2].startswith("Reproduce: `python benchmarks/hotpate/hotpate_yields.py")
     assert json.loads((tmp_path / "hotpate_yields.json").read_text()) == json.loads(saved.read_text())
     assert md == (BENCH / "results" / "hotpate_yields.md").read_text()
     assert (tmp_path / "hotpate_yields.png").stat().st_size > 5000

@@ -1,4 +1,4 @@
-"""The lever adoption rule and its leave-one-task-out check (benchmarks/lever_rule.py): pure logic
+"""The lever adoption rule and its leave-one-task-out check (benchmarks/quality/lever_rule.py): pure logic
 on hand-made score tables, no runs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+sys.path[:0] = [str(BENCH / "quality"), str(BENCH)]  # the quality scripts, then report.py
 
 import lever_rule  # noqa: E402
 

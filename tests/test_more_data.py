@@ -1,4 +1,4 @@
-"""The more-data target (benchmarks/more_data.py): pure logic on hand-made score tables, no runs."""
+"""The more-data target (benchmarks/quality/more_data.py): pure logic on hand-made score tables, no runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+sys.path[:0] = [str(BENCH / "quality"), str(BENCH)]  # the quality scripts, then report.py
 
 import more_data  # noqa: E402
 

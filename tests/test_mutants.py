@@ -267,28 +267,6 @@ MUTANTS = {
             f"{AUDIT}::test_the_private_label_prior_holds_its_share_and_sigma_over_sqrt2_is_caught",
         ),
     ),
-    "final-vote-weights-ignore-the-votes": Mutant(
-        "the final vote's sample weights follow row order, not the noisy votes",
-        "wasp_vllm/pipeline/selection.py",
-        (
-            (
-                "            order = _ranked(rows, votes)[::-1]  # lowest votes first",
-                "            order = rows",
-            ),
-        ),
-        (f"{RELEASES}::test_sample_weights_follow_the_rank_of_the_noisy_votes_within_each_label",),
-    ),
-    "final-vote-weights-inverted": Mutant(
-        "the final vote's sample weights favour the samples the votes rank lowest",
-        "wasp_vllm/pipeline/selection.py",
-        (
-            (
-                "            order = _ranked(rows, votes)[::-1]  # lowest votes first",
-                "            order = _ranked(rows, votes)",
-            ),
-        ),
-        (f"{RELEASES}::test_a_runs_weights_follow_its_last_noisy_votes",),
-    ),
     "hot-pate-replace-sensitivity-2": Mutant(
         "a replace in Hot PATE counted as a move of 2 (two teachers can move together: 2 sqrt 2)",
         "wasp_vllm/hotpate/steps.py",

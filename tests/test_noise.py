@@ -57,9 +57,8 @@ def noise_residuals(cfg: RunConfig, out: Path) -> np.ndarray:
     private_emb = embedder.encode(ctx.private.texts)
     residuals = []
     for t in range(cfg.rounds - 1):
-        # a vote ranks the samples written so far, or the round's own alone
-        first = t if cfg.voted_samples == "newest" else 0
-        synth = pa.concat_tables([store.read_round(r) for r in range(first, t + 1)])
+        # a vote ranks the samples written so far
+        synth = pa.concat_tables([store.read_round(r) for r in range(t + 1)])
         votes = pq.read_table(store.votes_path(t))
         assert votes.column("id").to_pylist() == synth.column("id").to_pylist()
         emb = np.asarray(synth.column("embedding").to_pylist(), dtype=np.float32)
@@ -73,13 +72,9 @@ def noise_residuals(cfg: RunConfig, out: Path) -> np.ndarray:
     return np.concatenate(residuals)
 
 
-@pytest.mark.parametrize(
-    ("federated", "far_votes", "voted_samples"),
-    [(False, "auto", "all"), (True, "auto", "all"), (False, "on", "all"), (False, "on", "newest")],
-)
-def test_the_noise_added_is_the_sigma_the_manifest_reports(tmp_path, federated, far_votes, voted_samples):
-    cfg = config(write_private(tmp_path / "p.csv"), parties=3 if federated else None, far_votes=far_votes,
-                 voted_samples=voted_samples)  # fmt: skip
+@pytest.mark.parametrize(("federated", "far_votes"), [(False, "auto"), (True, "auto"), (False, "on")])
+def test_the_noise_added_is_the_sigma_the_manifest_reports(tmp_path, federated, far_votes):
+    cfg = config(write_private(tmp_path / "p.csv"), parties=3 if federated else None, far_votes=far_votes)
     manifest = run(cfg, tmp_path / "out")
     sigma = manifest["privacy"]["plan"]["sigma"]
     assert sigma > 0 and manifest["privacy"]["ledger"]["sigmas"].count(sigma) == cfg.rounds - 1
@@ -89,18 +84,6 @@ def test_the_noise_added_is_the_sigma_the_manifest_reports(tmp_path, federated, 
     # std estimated from ~180 draws is within ~5 %; 25 % leaves room and still catches sigma/2
     assert abs(residuals.std() / sigma - 1) < 0.25
     assert abs(residuals.mean()) < 4 * sigma / np.sqrt(residuals.size)
-
-
-def test_newest_votes_rank_the_round_alone_and_the_final_vote_the_whole_output(tmp_path):
-    cfg = config(write_private(tmp_path / "p.csv"), voted_samples="newest", final_vote=True)
-    manifest = run(cfg, tmp_path / "out")
-    store = RunStore(tmp_path / "out")
-    for t in range(cfg.rounds):
-        ids = pq.read_table(store.votes_path(t)).column("id").to_pylist()
-        rounds = [t] if t < cfg.rounds - 1 else range(cfg.rounds)  # the final vote weights every row
-        assert ids == [i for r in rounds for i in store.read_round(r).column("id").to_pylist()]
-    weights = pq.read_table(tmp_path / "out" / "synthetic.parquet").column("weight")
-    assert len(weights) == cfg.n and manifest["config"]["voted_samples"] == "newest"
 
 
 class Killed(BaseException):

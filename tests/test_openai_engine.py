@@ -144,16 +144,6 @@ def test_chat_preset_gets_its_template_with_the_quote_as_answer_prefill(endpoint
     assert not make_engine(f"gemma3@{endpoint.url}").chat
 
 
-def test_log_probabilities_are_asked_for_only_when_wanted_and_averaged(endpoint):
-    base, chat = OpenAIEngine("gemma3", endpoint.url), make_engine(f"smollm2@{endpoint.url}")
-    wanted = GenerationParams(max_new_tokens=32, stop=('"',), logprobs=True)
-    assert base.generate(["Write"], [1], wanted)[0].mean_logprob == pytest.approx(-2.0)
-    assert chat.generate(["Write"], [2], wanted)[0].mean_logprob == pytest.approx(-2.0)
-    assert base.generate(["Write"], [3], PARAMS)[0].mean_logprob is None
-    sent = {body["seed"]: body.get("logprobs", "absent") for _, body in endpoint.requests}
-    assert sent == {1: 0, 2: True, 3: "absent"}
-
-
 def test_transient_errors_are_retried_then_reported():
     flaky = StandInEndpoint(fail_first=1)
     try:

@@ -211,7 +211,6 @@ def test_a_refused_push_is_one_clear_error(run, tmp_path, hub):
     [
         ({"q": 8}, "Top-Q=8 nearest and furthest synthetic samples of its label"),
         ({"q": 8, "far_votes": "off"}, "Top-Q=8 nearest synthetic samples of its label"),
-        ({"q": 8, "voted_samples": "newest"}, "nearest and furthest of that round's synthetic samples"),
     ],
 )
 def test_the_card_says_what_each_record_voted_for(config, says):

@@ -1,4 +1,4 @@
-"""`benchmarks/quality.py --quick`, the CI-sized quality benchmark, end to end on vLLM.
+"""`benchmarks/quality/quality.py --quick`, the CI-sized quality benchmark, end to end on vLLM.
 
 Slow: it loads both packaged PLMs and generates small runs.  It checks that the
 benchmark produces its table, JSON and plots with a real score for every method, not what
@@ -27,7 +27,7 @@ def test_quick_quality_benchmark_scores_every_method(tmp_path):
     out, work = tmp_path / "results", tmp_path / "runs"
     # CI time (17 min on 2 cores at N=36, 64 tokens, four methods): --quick is N=60, T=3; N=36 is the
     # least at T=3 with S=8; FuseGen's run is in the tasks benchmark's test below.
-    cmd = [sys.executable, str(REPO / "benchmarks" / "quality.py"), "--quick", "--n", "36"]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "quality" / "quality.py"), "--quick", "--n", "36"]
     cmd += ["--max-new-tokens", "32", "--only", "only-private,aug-pe:smollm2,wasp"]
     cmd += ["--out", str(out), "--work", str(work), "--name", "q"]
     env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
@@ -51,13 +51,19 @@ def test_quick_quality_benchmark_scores_every_method(tmp_path):
 
 
 def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
-    """`benchmarks/quality_tasks.py --quick` on trec alone, N=24, T=2, one seed, without Aug-PE (CI
+    """`benchmarks/quality/quality_tasks.py --quick` on trec alone, N=24, T=2, one seed, without Aug-PE (CI
     time: the quality benchmark's test runs Aug-PE, and the averaging over tasks has a fast test in
     test_benchmarks.py); a second invocation reuses every finished run and runs nothing, and so does
     a third with the run folders gone (a fresh clone resumes from the results JSON alone); before
     that, the test split's grid scores the validation grid's generations instead of running them."""
     out, work = tmp_path / "results", tmp_path / "runs"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "quality_tasks.py"), "--quick", "--tasks", "trec"]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "quality" / "quality_tasks.py"),
+        "--quick",
+        "--tasks",
+        "trec",
+    ]
     cmd += ["--max-new-tokens", "24"]  # trec's questions are short; its own cap is 40 (CI time)
     cmd += ["--methods", ",".join(METHODS)]
     cmd += ["--out", str(out), "--work", str(work), "--name", "t"]
@@ -111,7 +117,12 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
         assert 0.0 <= run["macro_f1"] <= 1.0
 
     # The same runs scored again, on the split's own label mix and on an even one.
-    even_cmd = [sys.executable, str(REPO / "benchmarks" / "even_mix.py"), "--results", str(out / "t.json")]
+    even_cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "quality" / "even_mix.py"),
+        "--results",
+        str(out / "t.json"),
+    ]
     even_cmd += ["--out", str(out), "--name", "t_even"]
     even = subprocess.run(even_cmd, env=env, capture_output=True, text=True, timeout=600)
     assert even.returncode == 0, even.stderr[-3000:]
@@ -138,12 +149,13 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     assert resumed["tasks"] == payload["tasks"]
 
     # A lever at today's default is the same run as WASP: its row reuses WASP's record, runs nothing.
-    twin = [*cmd, "--methods", ",".join([*METHODS, "wasp-gate-off"]), "--max-minutes", "0"]  # the last wins
+    lever = "wasp-uniform-prior"  # the even label split, the default since 2026-11-29
+    twin = [*cmd, "--methods", ",".join([*METHODS, lever]), "--max-minutes", "0"]  # the last wins
     fourth = subprocess.run(twin, env=env, capture_output=True, text=True, timeout=600)
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     same = json.loads((out / "t.json").read_text())
-    assert same["ran"] == [] and same["skipped"] == [] and ["trec", "wasp-gate-off", 0] in same["reused"]
-    assert same["tasks"]["trec"]["wasp-gate-off"]["macro_f1"] == payload["tasks"]["trec"]["wasp"]["macro_f1"]
+    assert same["ran"] == [] and same["skipped"] == [] and ["trec", lever, 0] in same["reused"]
+    assert same["tasks"]["trec"][lever]["macro_f1"] == payload["tasks"]["trec"]["wasp"]["macro_f1"]
 
     # Other settings are other runs: out of time, this grid finds none of them, and the results it
     # would drop stay where they are (its own tables go beside them, and it fails).

@@ -40,7 +40,7 @@ pytest.importorskip("ray.serve.llm")
 REPO = Path(__file__).resolve().parents[1]
 N = 16
 SMALL = ("--q", "2", "--s", "2", "--m", "30", "--max-new-tokens", "16", "--noise-seed", "1",
-         "--label-check", "off", "--no-quality-gate")  # fmt: skip
+         "--label-check", "off")  # fmt: skip
 CANARIES = [f"zqx{secrets.token_hex(5)}" for _ in range(30)]
 LABELS = ("positive", "neutral", "negative")
 
@@ -196,7 +196,7 @@ def test_a_replica_killed_mid_run_is_routed_around_and_restarted_and_the_run_los
     started = time.monotonic()
     result = generate(private, out=out, backends=Backends(factory, embedder), plms=[spec], task="drugs",
                       n=N, rounds=3, q=2, s=2, private_limit=30, max_new_tokens=16, noise_seed=1,
-                      label_check="off", quality_gate=False)  # fmt: skip
+                      label_check="off")  # fmt: skip
     wall = time.monotonic() - started
     watcher.join(timeout=5)
     assert killed, "round 0 was never written"

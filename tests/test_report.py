@@ -94,18 +94,6 @@ def test_the_page_shows_rounds_labels_privacy_and_samples(run):
     assert not re.search(r'(src|href)="(https?:)?//', html)  # loads nothing from the network
 
 
-def test_the_rounds_section_says_which_weight_rule_ran(run, tmp_path):
-    out = shutil.copytree(run[0], tmp_path / "run")
-    said = "pulled towards equal shares as far as the public noise explains their differences"
-    invoke(str(out))
-    assert said not in (out / "report" / "index.html").read_text()  # the paper's rule
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest["config"]["plm_weighting"] = "shrunk"
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    invoke(str(out))
-    assert said in (out / "report" / "index.html").read_text()
-
-
 def test_samples_are_escaped_and_labels_counted(run, tmp_path):
     out = shutil.copytree(run[0], tmp_path / "run")
     table = pq.read_table(out / "synthetic.parquet")

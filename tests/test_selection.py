@@ -11,11 +11,9 @@ from hypothesis import strategies as st
 
 from wasp_vllm.pipeline.selection import (
     allocate_quotas,
-    clearest_per_label,
     plm_scores,
     plm_weights,
     select_pools,
-    shrunk_plm_weights,
     split_over_labels,
 )
 
@@ -139,48 +137,6 @@ def test_all_non_positive_keeps_previous_weights():
     np.testing.assert_allclose(empty, [0.25, 0.75])
 
 
-def test_shrunk_weights_are_equal_where_the_noise_explains_the_gap():
-    """Two PLMs of one quality, votes noised with sigma: the paper's rule swings with the noise, the
-    shrunk rule (public sigma) gives equal shares in most draws and never strays far."""
-    rng = np.random.default_rng(3)
-    plm = np.repeat([0, 1], 60)
-    paper, shrunk = [], []
-    for _ in range(200):
-        h = 1.0 + rng.normal(0.0, 5.0, plm.size)  # signal 1 per sample, sigma 5 (the demo's scale)
-        paper.append(plm_weights(h, plm, 2, np.array([0.5, 0.5]))[0])
-        shrunk.append(shrunk_plm_weights(h, plm, 2, np.array([0.5, 0.5]), 5.0)[0])
-    paper, shrunk = np.array(paper), np.array(shrunk)
-    assert np.mean(np.isclose(shrunk, 0.5)) > 0.5  # James-Stein keeps ~all in most such draws
-    assert np.mean(np.abs(shrunk - 0.5)) < 0.5 * np.mean(np.abs(paper - 0.5))
-    # With no noise (sigma 0) the rule is the paper's.
-    h = rng.uniform(0.0, 2.0, plm.size)
-    np.testing.assert_allclose(
-        shrunk_plm_weights(h, plm, 2, np.ones(2) / 2, 0.0), plm_weights(h, plm, 2, np.ones(2) / 2)
-    )
-
-
-def test_shrunk_weights_follow_a_gap_far_beyond_the_noise():
-    plm = np.repeat([0, 1], 50)
-    h = np.where(plm == 0, 6.0, 2.0) + np.random.default_rng(1).normal(0.0, 1.0, plm.size)
-    w = shrunk_plm_weights(h, plm, 2, np.array([0.5, 0.5]), 1.0)
-    paper = plm_weights(h, plm, 2, np.array([0.5, 0.5]))
-    assert w[0] > 0.7 and abs(w[0] - paper[0]) < 0.01  # noise var 0.02 per mean against a gap of 4
-
-
-def test_shrunk_weights_give_a_plm_without_samples_the_common_mean():
-    """A PLM whose share fell to 0 wrote nothing and got no vote: it gets the common estimate (the
-    paper's rule gives it 0 for good), so it can come back; no positive estimate keeps ``prev``."""
-    w = shrunk_plm_weights(np.array([3.0, 3.0, 1.0, 1.0]), np.array([0, 0, 1, 1]), 3, np.ones(3) / 3, 0.0)
-    np.testing.assert_allclose(w, np.array([3.0, 1.0, 2.0]) / 6.0)
-    prev = np.array([0.2, 0.8])
-    np.testing.assert_allclose(
-        shrunk_plm_weights(np.array([-1.0, -3.0]), np.array([0, 1]), 2, prev, 1.0), prev
-    )
-    np.testing.assert_allclose(shrunk_plm_weights(np.zeros(0), np.zeros(0, int), 2, prev, 1.0), prev)
-    with pytest.raises(ValueError, match="sigma"):
-        shrunk_plm_weights(np.ones(2), np.array([0, 1]), 2, prev, float("nan"))
-
-
 @QUICK
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 80), k=st.integers(1, 5), scale=st.floats(0.01, 100))
 def test_weight_properties(seed, n, k, scale):
@@ -294,18 +250,6 @@ def test_without_h_far_the_good_pool_is_the_plain_top_s_and_no_bad_pool():
     np.testing.assert_array_equal(pools[1].good, [1, 3, 7])
     assert pools[2].good.size == 0
     assert all(p.bad.size == 0 and p.bad.dtype == np.int64 for p in pools.values())
-
-
-def test_the_clearest_share_of_each_label_stays_eligible():
-    labels = np.array([0, 0, 0, 0, 1, 1, 1, 0])
-    leads = np.array([0.3, -0.1, 0.2, 0.0, 0.5, 0.1, 0.1, 0.05])
-    # label 0 (5 rows): int(0.5 * 5) = 2 set aside, the leads -0.1 and 0.0; label 1 (3 rows): one,
-    # of the tied 0.1 the higher row
-    keep = clearest_per_label(leads, labels, 3, 0.5)
-    np.testing.assert_array_equal(keep, [True, False, True, False, True, True, False, True])
-    assert clearest_per_label(leads, labels, 3, 0.0).all()
-    with pytest.raises(ValueError, match="share"):
-        clearest_per_label(leads, labels, 3, 1.0)
 
 
 def test_only_eligible_samples_enter_the_good_pool_and_the_bad_pool_takes_any():

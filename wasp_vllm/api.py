@@ -29,13 +29,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError, RunConfig, build_config, build_settings, read_config_file
-from wasp_vllm.config.checks import check_writable_folder, machine_load_note
+from wasp_vllm.config.checks import check_writable_folder
 from wasp_vllm.pipeline.store import PUBLISHED, RunStore
 
 if TYPE_CHECKING:
     from wasp_vllm.evaluation.results import SyntheticScores
     from wasp_vllm.pipeline.estimate import RunPlan
     from wasp_vllm.pipeline.manifest import Manifest
+    from wasp_vllm.pipeline.policy import RoundPolicy
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ def generate(
     overwrite: bool = False,
     progress: Any = None,
     backends: Any = None,
+    policy: RoundPolicy | None = None,
     **settings: Any,
 ) -> RunResult:
     """Generate a DP synthetic labelled data set; ``settings`` are :class:`RunConfig` fields.
@@ -197,10 +199,12 @@ def generate(
     Returns a :class:`RunResult` (:func:`plan` gives the run's plan without running it: no
     private data read, no model loaded).  ``progress`` is a rich
     ``Progress`` to report to (None: silent); ``backends`` replaces the real engines and embedder
-    (:func:`wasp_vllm.pipeline.default_backends`).
+    (:func:`wasp_vllm.pipeline.default_backends`); ``policy`` replaces the paper's round policy (the
+    benchmark harness's experiments, :mod:`wasp_vllm.pipeline.policy`; not a setting of the product).
     """
     from wasp_vllm.pipeline import Run, default_backends, prepare, throughput
     from wasp_vllm.pipeline.estimate import plan_run
+    from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 
     if out is None:
         raise ConfigError("generate needs out=: the folder the run writes to")
@@ -215,11 +219,9 @@ def generate(
     estimate = plan_run(cfg)
     sources = "; ".join(sorted({e.source for e in estimate.engines}))
     log.info("estimated %s of work (throughput: %s)", _minutes(estimate.total_s), sources)
-    if note := machine_load_note():
-        log.warning(note)
     chosen = backends or default_backends(cfg)
     run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
-              estimate=estimate)  # fmt: skip
+              estimate=estimate, policy=policy or DEFAULT_POLICY)  # fmt: skip
     manifest = run.execute(resume=resume, overwrite=overwrite)
     assert manifest.estimate is not None  # the run was given its estimate above
     throughput.record(manifest.estimate["measured"]["plms"], str(estimate.summary["device"]))

@@ -66,11 +66,9 @@ class Strategy:
             raise ValueError(f"{self.name} always uses {self.later_prompt.value} prompts after round 0")
         return kind
 
-    def for_run(self, later_prompt: str, few_shot_examples: int | None = None) -> Strategy:
-        """This method with the run's (resolved) prompt after round 0 and, where the run sets it,
-        its number of examples per few-shot prompt."""
-        run = replace(self, later_prompt=PromptKind(later_prompt))
-        return run if few_shot_examples is None else replace(run, few_shot_examples=few_shot_examples)
+    def for_run(self, later_prompt: str) -> Strategy:
+        """This method with the run's (resolved) prompt after round 0."""
+        return replace(self, later_prompt=PromptKind(later_prompt))
 
     def prompt_kind(self, round_index: int, has_pool: bool) -> PromptKind:
         """Zero-shot until the votes have filled this label's pool, then the method's prompt."""

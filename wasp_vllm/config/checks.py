@@ -46,7 +46,9 @@ BUSY_SHARE = 0.5
 
 
 def machine_load_note() -> str | None:
-    """A note that the machine is busy (others' work already runs on its cores), or None.
+    """A note that the machine is busy (others' work already runs on its cores), or None.  For the
+    dry run's plan only: a run's default-level output must not vary with the machine (the same
+    settings on neighbouring data sets print the same lines), nor time anything private.
 
     Throughput estimates are measured on idle cores; on a loaded machine a run gets only the cores
     others leave, so its wall time grows about by (load + own work) / cores."""

@@ -115,7 +115,7 @@ LaterPrompt = Literal["auto", "contrastive", "few_shot", "zero_shot"]
 
 
 class MethodSettings(Role):
-    """The method: votes, pools, prompts, the checks on what the PLMs write, federated parties."""
+    """The method: votes, pools, prompts, the label check on what the PLMs write, federated parties."""
 
     panel = METHOD
     strategy: str = setting("wasp", "Method: " + "; ".join(f"'{k}'" for k in STRATEGIES) + ".")
@@ -125,123 +125,29 @@ class MethodSettings(Role):
         "on", "Whether each vote also releases H_far, the votes for the samples furthest from the "
         "private records: 'on' (the paper: H_near and H_far every round), 'off' (H_near only: half the "
         "sensitivity squared, so less noise on the votes for the same epsilon; not with contrastive "
-        "prompts, which show the far pool, nor with --pool-far-filter), or 'auto' ('on' for contrastive "
-        "prompts or --pool-far-filter, else 'off'). "
-        "'auto' was measured on four tasks' validation splits and not adopted (README, quality levers).",
-    )  # fmt: skip
-    voted_samples: Literal["all", "newest"] = setting(
-        "all", "Which synthetic samples a vote ranks: 'all' written so far (the paper) or 'newest', the "
-        "round's own (each record's Q votes then fall on fewer samples, so more of each vote is signal "
-        "at the same noise; same sensitivity, no privacy cost). Under 'newest' a PLM whose share falls to 0 "
-        "writes nothing more, so no vote can raise it again: --min-plm-share keeps every PLM writing. A "
-        "final vote (--final-vote) always ranks the whole output.",
-    )  # fmt: skip
-    vote_cluster_size: int = setting(
-        0, "Vote on clusters of samples instead of single samples: each label's samples are grouped "
-        "by k-means into clusters of about this many, the private records vote on the cluster centres "
-        "(same votes per record, same sensitivity and noise, but one noisy count gathers a cluster's "
-        "votes), and a sample carries its cluster's vote. Public post-processing, no privacy cost. "
-        "0: a vote per sample (the paper).", ge=0,
-    )  # fmt: skip
-    pool_per_cluster: int = setting(
-        0, "With --vote-cluster-size: at most this many of a label's voted examples come from one "
-        "cluster (its most central samples, clusters in the order of their noisy votes), so the "
-        "examples a prompt shows are not all near-copies from the top cluster. Public, no privacy "
-        "cost. 0: no cap (the pool takes the top cluster whole).", ge=0,
+        "prompts, which show the far pool), or 'auto' ('on' for contrastive prompts, else 'off'). "
+        "'auto' was measured on four tasks' validation splits and not adopted (docs/levers-not-adopted.md).",
     )  # fmt: skip
     example_sets: int = setting(
         4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "
         "prefix cache reuses them (0 = a fresh draw per prompt).", ge=0,
     )  # fmt: skip
     min_plm_share: int = setting(0, "Floor on each PLM's per-round quota.", ge=0)
-    plm_weighting: Literal["votes", "shrunk"] = setting(
-        "votes", "How WASP's PLM shares follow the votes: 'votes' (the paper: in proportion to each "
-        "PLM's mean noisy vote per sample) or 'shrunk' (those means pulled towards their common mean as "
-        "far as the public noise explains their spread, so PLMs the votes cannot tell apart get equal "
-        "shares). Public post-processing, no privacy cost.",
-    )  # fmt: skip
     later_prompt: LaterPrompt = setting(
         "auto", "WASP's prompt after round 0: 'contrastive' (the paper: good and bad examples of the "
         "label), 'few_shot' (the good examples only), 'zero_shot' (none: the votes only move the "
         "PLMs' shares), or 'auto' (the method's own; for WASP 'few_shot', measured better than "
         "'contrastive' on the mean over four built-in tasks' validation splits).",
     )  # fmt: skip
-    few_shot_examples: int | None = setting(
-        None, "WASP's few-shot prompts: good examples per prompt, a fresh random draw from the label's "
-        "pool of S. Unset: all S, so every prompt of a label shows the same samples; fewer gives prompts "
-        "that differ.", ge=1,
-    )  # fmt: skip
-    zero_shot_share: float = setting(
-        0.0, "Methods whose prompts after round 0 show voted examples (WASP, Aug-PE, Pre-Text): share of "
-        "those prompts that show none (zero-shot, drawn at random per prompt), so every round also writes "
-        "samples that copy none of the voted ones; public, no privacy cost. 0: every later prompt shows "
-        "the voted examples.", ge=0, le=1,
-    )  # fmt: skip
-    pool_label_filter: float = setting(
-        0.0, "Methods whose prompts after round 0 show voted examples: before the votes choose a label's "
-        "good examples, set aside this share of the label's samples that read least like it (the "
-        "smallest lead of the label's own description over the others', as --label-check measures it), "
-        "so the prompts show samples that carry their label clearly. Public, no privacy cost. 0: the "
-        "votes choose among all of them (the paper).", ge=0, le=0.9,
-    )  # fmt: skip
-    pool_far_filter: float = setting(
-        0.0, "Methods whose prompts after round 0 show voted examples: before the votes choose a label's "
-        "good examples, set aside this share of the label's samples that the noisy far votes (H_far: "
-        "how many private records rank a sample among their furthest) put furthest from the private "
-        "data, such as samples off the task's topic. Uses the far votes the run releases anyway "
-        "(--far-votes on): public post-processing, no privacy cost. 0: the near votes choose among all "
-        "of them (the paper). 0.5 was measured on four tasks' validation splits and not adopted "
-        "(README, quality levers).", ge=0, le=0.9,
-    )  # fmt: skip
-    prompt_style: Literal["paper", "short"] = setting(
-        "paper", "'paper' (the paper's Table 7 prompts) or 'short' (the task's prompts for small PLMs)."
-    )
-    # Off by default: across four validation tasks the gate cost WASP macro-F1 (gate off - on:
-    # +0.020 +- 0.009 on the mean, worse beyond the spread on no task; README's lever table).
-    quality_gate: bool = setting(
-        False, "Reject junk before it joins the synthetic set (echoes, non-language, markup, wrong script, "
-        "list fragments, loops, lengths from the task file); rejects are regenerated. Off by default: "
-        "it lowered the classifier's macro-F1 on the validation tasks; empty samples, copies and "
-        "echoes of the prompt are turned down either way.",
-    )  # fmt: skip
-    min_sample_logprob: float | None = setting(
-        None, "Reject (and regenerate) a sample whose mean log-probability per token under the PLM that "
-        "wrote it is below this, in nats (e.g. -3.5): text its own model found unlikely, such as garbled "
-        "words. Public, no privacy cost; the PLMs' engines return it as they sample. Unset: off.", le=0,
-    )  # fmt: skip
-    max_sample_logprob: float | None = setting(
-        None, "Reject (and regenerate) a sample whose mean log-probability per token under the PLM that "
-        "wrote it is above this, in nats (e.g. -1.25): text its own model found near-certain, as loops, "
-        "stock phrases and copies of the prompt's examples are. Public, no privacy cost. Unset: off.",
-        le=0,
-    )  # fmt: skip
     label_check: Literal["off", "drop"] = setting(
         "drop", "'drop': reject (and regenerate) a sample whose embedding is closer to another label's "
-        "description than to its own by more than --label-check-margin; public data only, no "
-        "privacy cost. 'off': keep every sample the quality gate passes.",
-    )  # fmt: skip
-    label_check_margin: float = setting(
-        0.0, "Cosine margin of --label-check: 0 keeps a sample only if its own label's description is "
-        "the nearest; larger values keep more.", ge=0, le=2,
+        "description than to its own; public data only, no privacy cost. 'off': keep every sample "
+        "that is not empty, a copy or an echo of its prompt.",
     )  # fmt: skip
     label_prior: Literal["uniform", "private"] = setting(
         "uniform", "Samples per label: 'uniform' (an even split, as the paper) or 'private' "
         "(proportional to a noisy histogram of the private labels, paid with --label-prior-share of "
         "epsilon; needs the exact accountant and no parties).",
-    )  # fmt: skip
-    label_prior_smoothing: float = setting(
-        0.0, "With a private label prior: how far its shares are pulled towards an even split "
-        "((1 - s) * noisy share + s / labels). 0 keeps the noisy shares; 1 is 'uniform'. Public "
-        "post-processing of the noisy histogram, no privacy cost.", ge=0, le=1,
-    )  # fmt: skip
-    label_prior_floor: float = setting(
-        0.0, "With a private label prior: each label gets at least this fraction of an even share "
-        "(0.5 = half of 1 / labels), so noise cannot starve a rare label (never below a share of 0.05). "
-        "Public post-processing, no privacy cost.", ge=0, le=1,
-    )  # fmt: skip
-    final_vote: bool = setting(
-        False, "Spend one more vote over the whole output and write a `weight` column from it (the run "
-        "pays for T votes instead of T-1).",
     )  # fmt: skip
     parties: int | None = setting(None, "Federated: number of data parties L.", ge=2)
     dirichlet: float = setting(1.0, "Federated: Dirichlet alpha of the label split over parties.", gt=0)

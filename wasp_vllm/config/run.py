@@ -13,7 +13,7 @@ from typing import Any, get_args
 
 from pydantic import ConfigDict, model_validator
 
-from wasp_vllm.config.fields import build_settings
+from wasp_vllm.config.fields import ConfigError, build_settings
 from wasp_vllm.config.roles import (
     DataSettings,
     EngineSettings,
@@ -25,23 +25,6 @@ from wasp_vllm.config.roles import (
 )
 from wasp_vllm.strategies import STRATEGIES, get_strategy
 from wasp_vllm.tasks.spec import PromptKind
-
-
-def _needs_far_votes(later_prompt: str, pool_far_filter: float) -> list[str]:
-    """The steps of a run that use H_far, each as the error that far_votes=off meets (empty: none
-    does): the one list that both far_votes=auto (released where one does) and the check read."""
-    needs = []
-    if later_prompt == PromptKind.CONTRASTIVE.value:
-        needs.append(
-            "far_votes=off: contrastive prompts show the far pool, which needs H_far; use "
-            "far_votes=on (or auto), or later_prompt=few_shot"
-        )
-    if pool_far_filter:
-        needs.append(
-            "pool_far_filter: filters the examples by the far votes, which far_votes=off does not "
-            "release; use far_votes=on (or auto)"
-        )
-    return needs
 
 
 # pydantic lists the fields of several bases last base first: this order shows `--help` and the
@@ -95,9 +78,8 @@ class RunConfig(
     @model_validator(mode="before")
     @classmethod
     def _resolve_far_votes(cls, data: Any) -> Any:
-        """'auto' becomes 'on' where the prompts after round 0 show the far pool (contrastive) or the
-        far votes filter the examples (pool_far_filter), else 'off': a histogram no step uses is
-        neither released nor paid for."""
+        """'auto' becomes 'on' where the prompts after round 0 show the far pool (contrastive), else
+        'off': a histogram no step uses is neither released nor paid for."""
         default = cls.model_fields["far_votes"].default
         if not isinstance(data, dict) or data.get("far_votes", default) != "auto":
             return data
@@ -106,8 +88,7 @@ class RunConfig(
             later = get_strategy(strategy).resolve_later_prompt(data.get("later_prompt", "auto"))
         except ValueError:
             return data  # the other checks name the unknown method or the prompt it cannot take
-        uses_far = _needs_far_votes(later.value, data.get("pool_far_filter") or 0.0)
-        return {**data, "far_votes": "on" if uses_far else "off"}
+        return {**data, "far_votes": "on" if later is PromptKind.CONTRASTIVE else "off"}
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -127,24 +108,6 @@ class RunConfig(
                 "label_prior=private cannot be used with parties: it would pool the parties' exact "
                 "labels in one place; use label_prior=uniform (the default) with --parties"
             )
-        shaping = [name for name in ("label_prior_smoothing", "label_prior_floor") if getattr(self, name)]
-        if shaping and self.label_prior != "private":
-            raise ValueError(
-                f"{' and '.join(shaping)}: only for a private label prior, and this run splits its "
-                f"labels evenly (label_prior={self.label_prior}); leave it out or use label_prior=private"
-            )
-        if self.few_shot_examples is not None:
-            if self.later_prompt != "few_shot" or not get_strategy(self.strategy).chooses_later_prompt:
-                raise ValueError(
-                    f"few_shot_examples: only for WASP's few-shot prompts, and this run's prompts after "
-                    f"round 0 are {self.later_prompt} ({self.strategy}); leave it out, or use "
-                    "later_prompt=few_shot with a WASP strategy"
-                )
-            if self.few_shot_examples > self.s:
-                raise ValueError(
-                    f"few_shot_examples={self.few_shot_examples} is more than the pool of s={self.s} "
-                    "good examples per label it is drawn from"
-                )
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "
@@ -153,42 +116,11 @@ class RunConfig(
         return self
 
     @model_validator(mode="after")
-    def _vote_levers(self) -> RunConfig:
-        """The settings that act on the votes or on what they choose need a method that uses them."""
-        needs_far = _needs_far_votes(self.later_prompt, self.pool_far_filter)
-        if self.far_votes == "off" and needs_far:
-            raise ValueError(needs_far[0])
-        shows_examples = self.later_prompt != "zero_shot" and get_strategy(self.strategy).votes
-        # All four act on the voted examples, so a run whose later prompts show none has no use for them.
-        for name in ("zero_shot_share", "pool_label_filter", "pool_far_filter", "pool_per_cluster"):
-            if getattr(self, name) and not shows_examples:
-                raise ValueError(
-                    f"{name}: only for methods whose prompts after round 0 show voted examples, and "
-                    f"this run's are zero-shot ({self.strategy}, later_prompt={self.later_prompt}); "
-                    "leave it out"
-                )
-        if self.vote_cluster_size and not get_strategy(self.strategy).votes:
+    def _far_votes_used(self) -> RunConfig:
+        if self.far_votes == "off" and self.later_prompt == PromptKind.CONTRASTIVE.value:
             raise ValueError(
-                f"vote_cluster_size: only for methods that vote, and {self.strategy} does not; leave it out"
-            )
-        if self.pool_per_cluster and not self.vote_cluster_size:
-            raise ValueError(
-                "pool_per_cluster: caps the examples per vote cluster; set vote_cluster_size too"
-            )
-        if self.plm_weighting != "votes" and not get_strategy(self.strategy).reweights:
-            raise ValueError(
-                f"plm_weighting={self.plm_weighting}: only for methods whose PLM shares follow the votes, "
-                f"and {self.strategy} keeps them fixed; leave it out"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _likelihood_bounds(self) -> RunConfig:
-        low, high = self.min_sample_logprob, self.max_sample_logprob
-        if low is not None and high is not None and low >= high:
-            raise ValueError(
-                f"min_sample_logprob={low} is not below max_sample_logprob={high}: every sample would be "
-                "rejected; the lower bound must be the smaller"
+                "far_votes=off: contrastive prompts show the far pool, which needs H_far; use "
+                "far_votes=on (or auto), or later_prompt=few_shot"
             )
         return self
 
@@ -210,7 +142,23 @@ VOLATILE = ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib", "s
             "license")  # fmt: skip
 
 
+#: Settings that were measured, not adopted and removed (2026-12): a run file that still sets one is
+#: told where they went, not just that the name is unknown.
+REMOVED = frozenset({
+    "quality_gate", "min_sample_logprob", "max_sample_logprob", "vote_cluster_size", "pool_per_cluster",
+    "pool_label_filter", "pool_far_filter", "voted_samples", "plm_weighting", "final_vote",
+    "label_prior_smoothing", "label_prior_floor", "few_shot_examples", "zero_shot_share", "prompt_style",
+    "label_check_margin",
+})  # fmt: skip
+
+
 def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> RunConfig:
     """Merge file settings with command-line overrides and validate the result."""
+    gone = sorted(REMOVED & (set(file_values) | set(overrides)))
+    if gone:
+        raise ConfigError(
+            f"{', '.join(gone)}: measured, not adopted and removed from wasp-vllm "
+            "(docs/levers-not-adopted.md; the last version with it is tag levers-2026-12); leave it out"
+        )
     merged = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
     return build_settings(RunConfig, merged)

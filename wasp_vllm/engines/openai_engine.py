@@ -147,8 +147,6 @@ class OpenAIEngine:
             "seed": int(seed),
             "stop": list(params.stop) or None,
         }
-        if params.logprobs:  # the sampled tokens' own log-probabilities, no alternatives
-            body["logprobs"] = True if self.chat else 0
         if not self.chat:
             return "/completions", body | {"prompt": prompt}
         question, prefill = split_answer_prefill(prompt)  # as chat_prompt does in-process
@@ -221,19 +219,9 @@ class OpenAIEngine:
             choice = data["choices"][0]
             text = choice["message"]["content"] if self.chat else choice["text"]
             n_tokens = int(data.get("usage", {}).get("completion_tokens", 0))
-            mean_logprob = self._mean_logprob(choice) if params.logprobs else None
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise _Retryable(f"unexpected answer ({type(exc).__name__})") from None
-        return Completion(truncate_at_stop(text or "", params.stop), n_tokens, mean_logprob)
-
-    def _mean_logprob(self, choice: dict) -> float | None:
-        """The mean of a choice's token log-probabilities (None where the server sent none)."""
-        logprobs = choice.get("logprobs") or {}
-        if self.chat:
-            values = [float(t["logprob"]) for t in logprobs.get("content") or []]
-        else:
-            values = [float(v) for v in logprobs.get("token_logprobs") or [] if v is not None]
-        return sum(values) / len(values) if values else None
+        return Completion(truncate_at_stop(text or "", params.stop), n_tokens)
 
     def _request(self, prompt: str, seed: int, params: GenerationParams) -> Completion:
         route, body = self._body(prompt, seed, params)

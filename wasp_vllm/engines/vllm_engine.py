@@ -116,8 +116,6 @@ class VLLMEngine:
                 min_tokens=params.min_new_tokens,
                 seed=int(seed),  # identical prompts need different seeds to differ
                 stop=list(params.stop),
-                # 0: only the sampled token's log-probability (raw logits, vLLM's default mode)
-                logprobs=0 if params.logprobs else None,
             )
             for seed in seeds
         ]
@@ -148,9 +146,5 @@ class VLLMEngine:
 
 
 def _completion(output: Any, params: GenerationParams) -> Completion:
-    """A vLLM ``CompletionOutput`` as a Completion (its mean log-probability where asked for)."""
-    n_tokens = len(output.token_ids)
-    mean_logprob = None
-    if params.logprobs and n_tokens and output.cumulative_logprob is not None:
-        mean_logprob = float(output.cumulative_logprob) / n_tokens
-    return Completion(truncate_at_stop(output.text, params.stop), n_tokens, mean_logprob)
+    """A vLLM ``CompletionOutput`` as a Completion."""
+    return Completion(truncate_at_stop(output.text, params.stop), len(output.token_ids))

@@ -96,7 +96,6 @@ class SyntheticScores(_Scored):
     counts: SyntheticCounts
     classifier: EvalReport
     fid_method: str
-    trained_on_weights: bool
     label_agreement: LabelAgreement | None = None  # of a reference declared public
     operator: OperatorFigures | None = None
 
@@ -118,7 +117,6 @@ class SyntheticScores(_Scored):
             out[OPERATOR_ONLY] = self.operator.to_json()
         if self.label_agreement is not None:
             out["label_agreement"] = self.label_agreement.to_json()
-        out["trained_on_weights"] = self.trained_on_weights
         return out
 
     def published(self) -> JSON:

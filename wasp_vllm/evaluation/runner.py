@@ -49,7 +49,6 @@ class SyntheticSet:
     n_rows: int
     n_dropped_null_text: int
     n_dropped_unknown_label: int
-    weights: np.ndarray | None = None  # the run's `weight` column (a final vote), if it wrote one
 
 
 def _embedding_matrix(column: pa.ChunkedArray) -> np.ndarray | None:
@@ -128,17 +127,10 @@ def read_synthetic(path: str | os.PathLike[str], task: Any) -> SyntheticSet:
         plms=None if plms is None else [str(p) for p in plms],
         embeddings=None if emb is None else emb[idx],
         embedder_name=_stored_embedder(table.schema),
-        weights=_weights(table, idx),
         n_rows=table.num_rows,
         n_dropped_null_text=int(null_text.sum()),
         n_dropped_unknown_label=int(unknown.sum()),
     )
-
-
-def _weights(table: pa.Table, idx: np.ndarray) -> np.ndarray | None:
-    if "weight" not in table.column_names or table.column("weight").null_count:
-        return None
-    return np.asarray(table.column("weight").to_numpy(), dtype=np.float64)[idx]
 
 
 def _synthetic_embeddings(synth: SyntheticSet, embedder: Any) -> tuple[np.ndarray, bool]:
@@ -200,9 +192,8 @@ def evaluate_synthetic(
     need_embedder = settings.model.trains_on_embeddings or settings.private or settings.reference
     enc = embedder if embedder is not None or not need_embedder else _make_embedder(settings.embedder)
     synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
-    weights = synth.weights if settings.use_weights else None
     train = LabelledTexts(
-        synth.texts, synth.labels, synth_emb if settings.model.trains_on_embeddings else None, weights
+        synth.texts, synth.labels, synth_emb if settings.model.trains_on_embeddings else None
     )
     report = train_and_score(
         train, LabelledTexts(test.texts, test.labels), task.labels, settings.classifier(enc, bert_settings),
@@ -217,7 +208,6 @@ def evaluate_synthetic(
         embedder=None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
         reused_stored_embeddings=reused, seed=settings.seed, counts=_describe_synthetic(synth, task.labels),
         classifier=report, fid_method=settings.fid_method,
-        trained_on_weights=bool(settings.use_weights and synth.weights is not None),
         label_agreement=public, operator=operator,
     )  # fmt: skip
 

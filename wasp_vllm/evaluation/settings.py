@@ -71,10 +71,6 @@ class EvalSettings(BaseModel):
     )
     bert_path: str | None = setting(None, "Local BERT-like model directory for --model bert.", MODEL)
     embedder: str = setting("auto", "Sentence embedder for logreg, FID and the label agreement.", MODEL)
-    use_weights: bool = setting(
-        True, "Train on the synthetic file's `weight` column when it has one.", MODEL,
-        flag="--weights/--no-weights",
-    )  # fmt: skip
     fid_method: Literal["sqrtm", "eigh"] = setting(
         "sqrtm", "FID's matrix square root: 'sqrtm' (as published FID code) or 'eigh' (faster, same value).",
         MODEL,

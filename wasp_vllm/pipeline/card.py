@@ -119,8 +119,6 @@ def _about(manifest: Mapping[str, Any], strategy_summary: str) -> str:
     versions = manifest.get("versions", {})
     method = f" ({strategy_summary})" if strategy_summary else ""
     voted_for = "nearest" if cfg.get("far_votes") == "off" else "nearest and furthest"
-    if cfg.get("voted_samples") == "newest":
-        voted_for += " of that round's"
     return (
         f"Synthetic labelled text for the task `{manifest.get('task')}`, written by "
         f"{len(cfg.get('plms', []))} language models collaborating under differential privacy, with "

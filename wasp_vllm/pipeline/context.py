@@ -51,7 +51,7 @@ def prepare(
     private record is read.
     """
     task = check_run(cfg, private_given=private_table is not None)
-    strategy = get_strategy(cfg.strategy).for_run(cfg.later_prompt, cfg.few_shot_examples)
+    strategy = get_strategy(cfg.strategy).for_run(cfg.later_prompt)
     columns = Columns(cfg.text_col, cfg.label_col, cfg.attribute_col, cfg.user_col)
     if private_table is not None:
         private = table_to_set(private_table, task, "the private data", columns)
@@ -126,7 +126,6 @@ def privacy_plan(cfg: RunConfig) -> PrivacyPlan:
             voting_neighbour(privacy.neighbour, selected=cfg.private_limit is not None),
             privacy.records_per_unit,
         ),
-        extra_votes=1 if cfg.final_vote and votes(cfg) else 0,
         prior_share=privacy.label_prior_share if cfg.label_prior == "private" else 0.0,
         histograms=2 if cfg.far_votes == "on" else 1,
     )

@@ -119,10 +119,6 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     labels = f"even over the {len(task.labels)} labels"
     if cfg.label_prior == "private":
         labels = "per label: from the noisy histogram of the private labels (known once it is released)"
-        if cfg.label_prior_smoothing:
-            labels += f", {cfg.label_prior_smoothing:g} of the way to an even split"
-        if cfg.label_prior_floor:
-            labels += f", each label at least {cfg.label_prior_floor:g} of an even share"
     return RunPlan(
         summary={
             "strategy": cfg.strategy,
@@ -164,8 +160,7 @@ def _releases(cfg: RunConfig) -> list[Release]:
                            round(EXACT.epsilon([prior], cfg.delta), 4)))  # fmt: skip
     if plan.sigma is not None and plan.compositions:
         votes = [plan.release(t) for t in range(plan.compositions)]
-        last = ", the last over the output" if cfg.final_vote else ""
-        what = f"votes ({released_histograms(plan.histograms)}){last}"
+        what = f"votes ({released_histograms(plan.histograms)})"
         out.append(Release(what, plan.compositions, plan.sigma, plan.sensitivity,
                            round(EXACT.epsilon(votes, cfg.delta), 4)))  # fmt: skip
     return out
@@ -224,9 +219,7 @@ def _engine_estimate(spec: str, cfg: RunConfig, device: str, samples: int, cap: 
     speed = throughput.lookup(spec, engine, device)
     regen = (
         speed.generated_per_kept
-        or throughput.REGENERATION[
-            "label_check" if cfg.label_check == "drop" else "quality_gate" if cfg.quality_gate else "none"
-        ]
+        or throughput.REGENERATION["label_check" if cfg.label_check == "drop" else "none"]
     )
     generated = int(round(samples * regen))
     tokens = int(round(generated * (speed.tokens_per_sample or cap)))

@@ -55,7 +55,7 @@ class PLMResult:
     engine_seconds: float = 0.0  # of ``seconds``: inside the engine (the rest is cleaning)
     shortfall: int = 0
     failures: int = 0
-    rejects: Counter[str] = field(default_factory=Counter)  # by reason (see wasp_vllm.pipeline.gate)
+    rejects: Counter[str] = field(default_factory=Counter)  # by reason (see pipeline.prompts.clean_sample)
 
     def merge(self, other: PLMResult) -> None:
         self.rejects.update(other.rejects)
@@ -103,9 +103,6 @@ def generate_share(
         for slot, completion in zip(slots, completions, strict=True):
             result.tokens += completion.n_tokens
             text, reason = clean_sample(completion.text, slot, rin.gate, rin.seen, kept_keys)
-            if text is not None:
-                reason = likelihood_reject(completion, plm, cfg.min_sample_logprob, cfg.max_sample_logprob)
-                text = None if reason else text
             if text is None:
                 result.rejects[str(reason)] += 1
                 missing.append(slot.label)
@@ -126,24 +123,6 @@ def generate_share(
             engine.name, t, result.shortfall, share.quota, cfg.max_attempts,
         )  # fmt: skip
     return result
-
-
-def likelihood_reject(completion: Completion, plm: str, low: float | None, high: float | None) -> str | None:
-    """'unlikely' if the sample's mean log-probability per token under its own PLM is below ``low``,
-    'predictable' if above ``high``, else None (both unset: None, whatever the engine returned)."""
-    if low is None and high is None:
-        return None
-    value = completion.mean_logprob
-    if value is None:
-        raise PipelineError(
-            f"PLM {plm}: its engine returned no log-probabilities, which --min-sample-logprob and "
-            "--max-sample-logprob need; leave them out or serve the PLM with vLLM or transformers"
-        )
-    if low is not None and value < low:
-        return "unlikely"
-    if high is not None and value > high:
-        return "predictable"
-    return None
 
 
 def label_counts(quota: int, n_labels: int, offset: int, shares: tuple[float, ...] | None) -> np.ndarray:

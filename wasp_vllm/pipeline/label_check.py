@@ -4,14 +4,14 @@ Tiny PLMs often ignore the sentiment they are asked for, so a "negative" sample 
 drug; such samples teach the downstream classifier the wrong label.  The check embeds each
 label's own description (the task's ``label_descriptions``, e.g. "negative sentiment") with the
 run's sentence embedder and calls a sample *off-label* when its embedding is closer (cosine) to
-another label's description than to its own by more than ``margin``.  Off-label samples are
-rejected and regenerated like the quality gate's rejects (reason ``off_label``).
+another label's description than to its own.  Off-label samples are rejected and regenerated
+(reason ``off_label``).
 
 It reads only the sample, the public task file and the public embedder: no privacy cost.  Why it
 works although the descriptions are a poor classifier of *real* records: a synthetic sample was
 prompted with its label phrase, and one that took the phrase up sits near it in embedding space,
 one that drifted into another sentiment sits nearer that one's phrase.  Measured on the drugs
-runs: ``benchmarks/results/quality_validation_label_check.md`` and the README's "label check" lever.
+runs: docs/quality.md, the label check.
 """
 
 from __future__ import annotations
@@ -34,17 +34,12 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
 class LabelCheck:
     """``off_label(embeddings, labels)``: which samples read as another label (see module doc)."""
 
-    def __init__(self, task: TaskSpec, embedder: Any, margin: float = 0.0) -> None:
-        if margin < 0:
-            raise ValueError(f"margin must be >= 0, got {margin}")
+    def __init__(self, task: TaskSpec, embedder: Any) -> None:
         self.embedder = embedder
         # PLMs generate in threads on a GPU; a fast tokenizer shared by two threads can fail
         # ("Already borrowed"), so the check embeds one batch at a time.
         self._lock = threading.Lock()
         self.labels = list(task.labels)
-        self.margin = float(margin)
-        # The paper-style phrase ("negative sentiment"), not the short prompts' ("1/10"): the
-        # embedder knows what sentiment words mean, not what a rating out of ten means.
         self.prototypes = _unit_rows(embedder.encode([task.label_text(lab) for lab in self.labels]))
 
     def check(self, texts: Sequence[str], labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -71,5 +66,5 @@ class LabelCheck:
         return own - scores.max(axis=1)
 
     def off_label(self, embeddings: np.ndarray, labels: Sequence[str]) -> np.ndarray:
-        """Boolean mask: the sample's own label trails the best other label by more than the margin."""
-        return self.leads(embeddings, labels) < -self.margin
+        """Boolean mask: the sample's own label trails the best other label."""
+        return self.leads(embeddings, labels) < 0

@@ -18,28 +18,20 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError
 from wasp_vllm.engines import Engine, GenerationParams, ModelError
 from wasp_vllm.engines.devices import gpu_available
 from wasp_vllm.engines.embedder import encode_each
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
-from wasp_vllm.pipeline.clusters import Clusters, capped_per_cluster, cluster_samples, votes_per_sample
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.manifest import Manifest, build_manifest
-from wasp_vllm.pipeline.prompts import RoundInputs, make_gate, normalize_text
-from wasp_vllm.pipeline.selection import (
-    clearest_per_label,
-    label_shares,
-    plm_weights,
-    sample_weights,
-    select_pools,
-    shrunk_plm_weights,
-)
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy, VotedSamples
+from wasp_vllm.pipeline.prompts import Gate, RoundInputs, normalize_text
+from wasp_vllm.pipeline.selection import label_shares
 from wasp_vllm.pipeline.state import Pools, RoundRecord, RunState
 from wasp_vllm.pipeline.store import (
     CheckpointError,
@@ -66,12 +58,15 @@ class Run:
     """One WASP (or baseline) run writing to one output directory.
 
     ``engine_factory`` and ``embedder`` are the run's backends (real ones from
-    :func:`wasp_vllm.pipeline.backends.default_backends`, test doubles in unit tests).
+    :func:`wasp_vllm.pipeline.backends.default_backends`, test doubles in unit tests); ``policy``
+    is what a round does with its noisy votes (the paper's unless the benchmark harness hands it
+    an experimental one, see :mod:`wasp_vllm.pipeline.policy`).
     """
 
     def __init__(self, ctx: RunContext, out: Any, *, engine_factory: EngineFactory, embedder: Any,
-                 progress: Any = None, estimate: RunPlan | None = None) -> None:  # fmt: skip
-        self.ctx, self.cfg, self.strategy = ctx, ctx.cfg, ctx.strategy
+                 progress: Any = None, estimate: RunPlan | None = None,
+                 policy: RoundPolicy = DEFAULT_POLICY) -> None:  # fmt: skip
+        self.ctx, self.cfg, self.strategy, self.policy = ctx, ctx.cfg, ctx.strategy, policy
         self.store = RunStore(out)
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}
@@ -81,7 +76,6 @@ class Run:
         self.estimate = estimate  # the dry-run's plan, set beside what happened in the manifest
         self.voting: VotingMechanism | None = None
         self.label_check: LabelCheck | None = None  # rejects off-label samples (--label-check drop)
-        self.label_reader: LabelCheck | None = None  # how clearly samples read as their labels
         self.secret: RunSecret | None = None
         self.tables: list[pa.Table] = []
 
@@ -102,12 +96,11 @@ class Run:
         quotas = state.quotas(self._round_target(t), self.cfg.min_plm_share)
         results = self._timed("generation", self.generation.run, self._inputs(t, state), quotas, state)
         new = self._embed(results)
-        votes, voted, last = None, None, t == self.cfg.rounds - 1
-        if self.voting is not None and (not last or self.cfg.final_vote):
-            voted = self._voted(new, last)  # shared by voting, selection and the votes file
-            votes, clusters = self._release(t, voted)
-            if not last:  # the final vote only weights the output (see _finish)
-                self._post_process(votes, voted, state, clusters)
+        votes, voted = None, None
+        if self.voting is not None and t < self.cfg.rounds - 1:  # the last round's samples get no vote
+            voted = pa.concat_tables([*self.tables, new])  # D so far: voting, selection, the votes file
+            votes = self._release(t, voted)
+            self._post_process(votes, voted, state)
         self._commit(t, new, votes, voted, state, RoundRecord(
             t, dict(zip(self.cfg.plms, quotas.tolist(), strict=True)), weights_before, list(state.weights),
             {p: len(r.rows) for p, r in results.items()}, {p: r.shortfall for p, r in results.items()},
@@ -128,15 +121,20 @@ class Run:
     def _inputs(self, t: int, state: RunState) -> RoundInputs:
         seen = frozenset(normalize_text(s) for tbl in self.tables for s in tbl.column("text").to_pylist())
         task, cfg = self.ctx.task, self.cfg
-        judged = cfg.min_sample_logprob is not None or cfg.max_sample_logprob is not None
         params = GenerationParams.from_settings(
-            cfg.sampling, task_cap=task.max_new_tokens, stop=tuple(task.stop), logprobs=judged
+            cfg.sampling, task_cap=task.max_new_tokens, stop=tuple(task.stop)
         )
-        gate = make_gate(task, cfg.prompt_style) if cfg.quality_gate else None
         shares = tuple(state.label_shares) if state.label_shares is not None else None
         return RoundInputs(
-            cfg, self.strategy, task, state.pools, t, seen, params, gate, shares, self.label_check
+            cfg, self.strategy, task, state.pools, t, seen, params, self._gate(), shares, self.label_check
         )
+
+    def _gate(self) -> Gate | None:
+        """The policy's own check of a sample; None for the paper's, which keeps every sample."""
+        if self.policy is DEFAULT_POLICY:
+            return None
+        policy = self.policy
+        return lambda text, slot: policy.reject(text, slot.label, slot.prompt)
 
     def _embed(self, results: dict[str, PLMResult]) -> pa.Table:
         rows = [r for res in results.values() for r in res.rows]
@@ -150,24 +148,13 @@ class Run:
         # Readers reuse stored embeddings only when they come from the same embedder.
         return new.replace_schema_metadata({"embedder": str(getattr(self.embedder, "name", "unknown"))})
 
-    def _voted(self, new: pa.Table, last: bool) -> pa.Table:
-        """The samples a vote ranks: D so far, or this round's alone (``voted_samples='newest'``);
-        the final vote weights the whole output, so it ranks all of it."""
-        if self.cfg.voted_samples == "newest" and not last:
-            return new
-        return pa.concat_tables([*self.tables, new])
-
-    def _release(self, t: int, synth: pa.Table) -> tuple[NoisyVotes, Clusters | None]:
-        """The only step that reads private data; only the noisy histograms (and public clusters) leave it."""
+    def _release(self, t: int, synth: pa.Table) -> NoisyVotes:
+        """The only step that reads private data; only the noisy histograms leave it."""
         assert self.voting is not None
         labels = np.array([self.ctx.task.labels.index(x) for x in synth.column("label").to_pylist()])
-        points, clusters = stored_embeddings(synth), None
-        if self.cfg.vote_cluster_size:  # public: the synthetic embeddings and the run's seed
-            clusters = cluster_samples(points, labels, self.cfg.vote_cluster_size, self.cfg.seed + t)
-            points, labels = clusters.centres, clusters.labels
         start = time.perf_counter()
         with private_work(self.progress):  # the bar's clock shows public work only
-            votes = self.voting.release(t, points, labels)
+            votes = self.voting.release(t, stored_embeddings(synth), labels)
         # The time of private work scales with the private data: it stays in the operator's state.
         self.timings["private:voting"] = self.timings.get("private:voting", 0.0) + time.perf_counter() - start
         log.debug(
@@ -176,46 +163,33 @@ class Run:
             self.voting.ledger.spent_epsilon(),
             self.voting.ledger.epsilon,
         )
-        return (votes, None) if clusters is None else (votes_per_sample(votes, clusters), clusters)
+        return votes
 
-    def _post_process(
-        self, votes: NoisyVotes, synth: pa.Table, state: RunState, clusters: Clusters | None
-    ) -> None:
-        """Next round's pools and PLM weights from the noisy votes (public post-processing)."""
+    def _post_process(self, votes: NoisyVotes, synth: pa.Table, state: RunState) -> None:
+        """Next round's pools and PLM weights from the noisy votes (public post-processing, by the
+        run's policy)."""
+        samples = self._samples(synth)
+        chosen = self.policy.pools(votes, samples, self.cfg.s)
         labels_of = self.ctx.task.labels
-        texts = synth.column("text").to_pylist()
-        labels = np.array([labels_of.index(x) for x in synth.column("label").to_pylist()])
-        eligible = self._eligible(votes, synth, labels, clusters)
-        chosen = select_pools(votes.h_near, votes.h_far, labels, self.cfg.s, len(labels_of), eligible)
         state.pools = Pools(
-            good={labels_of[c]: [texts[i] for i in p.good] for c, p in chosen.items()},
-            bad={labels_of[c]: [texts[i] for i in p.bad] for c, p in chosen.items()},
+            good={labels_of[c]: [samples.texts[i] for i in rows] for c, rows in chosen.good.items()},
+            bad={labels_of[c]: [samples.texts[i] for i in rows] for c, rows in chosen.bad.items()},
         )
         if self.strategy.reweights:
-            plm_of = np.array([self.cfg.plms.index(p) for p in synth.column("plm").to_pylist()])
-            prev = np.asarray(state.weights)
-            if self.cfg.plm_weighting == "shrunk":
-                weights = shrunk_plm_weights(votes.h_near, plm_of, len(self.cfg.plms), prev, votes.sigma)
-            else:
-                weights = plm_weights(votes.h_near, plm_of, len(self.cfg.plms), prev)
-            state.weights = weights.tolist()
+            state.weights = self.policy.plm_weights(votes, samples, np.asarray(state.weights)).tolist()
             state.renormalise()  # a dropped PLM's old samples still get votes
 
-    def _eligible(
-        self, votes: NoisyVotes, synth: pa.Table, labels: np.ndarray, clusters: Clusters | None
-    ) -> np.ndarray | None:
-        """The samples a good pool may take (None: all); each filter the run asks for sets some aside."""
-        cfg, n_labels, masks = self.cfg, len(self.ctx.task.labels), []
-        if cfg.pool_label_filter:  # the public label check's lead: how clearly a sample reads as its label
-            assert self.label_reader is not None
-            leads = self.label_reader.leads(stored_embeddings(synth), synth.column("label").to_pylist())
-            masks.append(clearest_per_label(leads, labels, n_labels, cfg.pool_label_filter))
-        if cfg.pool_far_filter:  # the noisy far votes, released anyway (the config asks for them)
-            assert votes.h_far is not None
-            masks.append(clearest_per_label(-votes.h_far, labels, n_labels, cfg.pool_far_filter))
-        if clusters is not None and cfg.pool_per_cluster:
-            masks.append(capped_per_cluster(votes.h_near, clusters.members, cfg.pool_per_cluster))
-        return np.logical_and.reduce(masks) if masks else None
+    def _samples(self, synth: pa.Table) -> VotedSamples:
+        """The public side of a vote: the samples it ranked, as the policy sees them."""
+        labels, plms = self.ctx.task.labels, self.cfg.plms
+        return VotedSamples(
+            texts=synth.column("text").to_pylist(),
+            labels=np.array([labels.index(x) for x in synth.column("label").to_pylist()], dtype=np.int64),
+            plms=np.array([plms.index(p) for p in synth.column("plm").to_pylist()], dtype=np.int64),
+            embeddings=stored_embeddings(synth),
+            n_labels=len(labels),
+            n_plms=len(plms),
+        )
 
     def _commit(
         self,
@@ -251,6 +225,10 @@ class Run:
             raise ConfigError("--resume with different settings than the run in --out; use the same ones")
         if state is not None and state.data_fingerprint != self.ctx.private.fingerprint():
             raise ConfigError("--resume with different private data than the run in --out")
+        if state is not None and state.policy != self.policy.name:
+            raise ConfigError(
+                f"--resume with round policy {self.policy.name!r}; the run in --out used {state.policy!r}"
+            )
         # A run whose rounds are all committed only writes its files again from the checkpoints:
         # it needs no noise, and its key is gone once it has finished (see _finish).
         finished = state is not None and state.completed_rounds >= self.cfg.rounds
@@ -266,6 +244,7 @@ class Run:
                 weights=[1.0 / len(self.cfg.plms)] * len(self.cfg.plms),
                 ledger=self.ctx.plan.open_ledger(),
                 active=list(self.cfg.plms),
+                policy=self.policy.name,
             )
         elif not finished and state.noise_key_check not in (None, secret.check_value() if secret else None):
             raise CheckpointError(
@@ -302,9 +281,8 @@ class Run:
             if hasattr(self.embedder, "load"):  # a lazy embedder: its start-up is a stage of its own
                 self._timed("startup:embedder", self.embedder.load)
             self.voting = self._open_voting(state)
-            if self.cfg.label_check == "drop" or self.cfg.pool_label_filter:
-                self.label_reader = LabelCheck(self.ctx.task, self.embedder, self.cfg.label_check_margin)
-                self.label_check = self.label_reader if self.cfg.label_check == "drop" else None
+            if self.cfg.label_check == "drop":
+                self.label_check = LabelCheck(self.ctx.task, self.embedder)
             if self.cfg.label_prior == "private" and state.label_shares is None:
                 state.label_shares = self._label_prior(state)
             yield
@@ -327,7 +305,7 @@ class Run:
             counts = release_label_histogram(
                 self.ctx.private.labels, len(self.ctx.task.labels), self.ctx.plan, self.secret, state.ledger
             )
-        return label_shares(counts, self.cfg.label_prior_smoothing, self.cfg.label_prior_floor).tolist()
+        return label_shares(counts).tolist()
 
     def _open_voting(self, state: RunState) -> VotingMechanism | None:
         if self.secret is None or not self.strategy.votes or self.ctx.plan.sigma is None:
@@ -373,18 +351,9 @@ class Run:
                 log.debug("closing engine %s failed", engine.name, exc_info=True)
         self.engines.clear()
 
-    def _with_weights(self, final: pa.Table) -> pa.Table:
-        """A ``weight`` column from the final vote over the whole output (post-processing)."""
-        votes = pq.read_table(self.store.votes_path(self.cfg.rounds - 1))
-        labels = np.array([self.ctx.task.labels.index(x) for x in final.column("label").to_pylist()])
-        weights = sample_weights(votes.column("h_near").to_numpy(), labels)
-        return final.append_column("weight", pa.array(weights, pa.float32()))
-
     def _finish(self, state: RunState) -> Manifest:
         # Built from the checkpointed round files, so a resumed run writes the same bytes.
         final = pa.concat_tables([self.store.read_round(t) for t in range(self.cfg.rounds)]).combine_chunks()
-        if self.cfg.final_vote and self.store.votes_path(self.cfg.rounds - 1).exists():
-            final = self._with_weights(final)
         out = self.store.out / "synthetic.parquet"
         self._timed("io", write_parquet, out, final)
         manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out), self.engine_stats)

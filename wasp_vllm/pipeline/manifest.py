@@ -148,6 +148,8 @@ class Manifest:
     engines: dict[str, dict[str, Any]] | None = None
     #: The plan made before the run beside what the run did (:func:`..estimate.against_run`).
     estimate: dict[str, Any] | None = None
+    #: An experimental round policy's name (benchmarks only); None for the paper's, the product's.
+    policy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The published JSON: what ``manifest.json`` holds (written with sorted keys)."""
@@ -169,6 +171,7 @@ class Manifest:
             "versions": self.versions,
             **({"engines": self.engines} if self.engines else {}),
             **({"estimate": self.estimate} if self.estimate is not None else {}),
+            **({"policy": self.policy} if self.policy is not None else {}),
         }
 
     @classmethod
@@ -181,6 +184,7 @@ class Manifest:
             tokens_per_s=dict(data["tokens_per_s"]), work=dict(data["work"]), sampling=dict(data["sampling"]),
             search=dict(data["search"]), output=OutputFile(**data["output"]), versions=dict(data["versions"]),
             labels=data.get("labels"), engines=data.get("engines"), estimate=data.get("estimate"),
+            policy=data.get("policy"),
         )  # fmt: skip
 
 
@@ -224,4 +228,5 @@ def build_manifest(
         output=OutputFile(file="synthetic.parquet", rows=final.num_rows, sha256=output_sha),
         versions=package_versions(),
         engines=engine_stats or None,
+        policy=None if state.policy == "paper" else state.policy,
     )

@@ -15,10 +15,8 @@ import numpy as np
 
 from wasp_vllm.config import RunConfig
 from wasp_vllm.engines import GenerationParams
-from wasp_vllm.pipeline.gate import GateSettings, check_sample
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.state import Pools
-from wasp_vllm.pipeline.text import clean_text
 from wasp_vllm.strategies import PromptKind, Strategy
 from wasp_vllm.tasks import TaskSpec, build_prompt, pick_attribute
 
@@ -49,7 +47,8 @@ class Slot:
     examples: tuple[str, ...] = ()
 
 
-#: ``gate(text, slot) -> reason or None``: the quality gate of one run (see :func:`make_gate`).
+#: ``gate(text, slot) -> reason or None``: the round policy's own check of a sample
+#: (:meth:`wasp_vllm.pipeline.policy.RoundPolicy.reject`), after the product's.
 Gate = Callable[[str, Slot], str | None]
 
 
@@ -81,12 +80,9 @@ class Share:
 
 
 def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: int) -> list[Slot]:
-    """One prompt per wanted label: zero-shot until the pools fill, then the strategy's prompt (or,
-    for ``zero_shot_share`` of the prompts, zero-shot still)."""
+    """One prompt per wanted label: zero-shot until the pools fill, then the strategy's prompt."""
     cfg, task, pools, strategy = rin.cfg, rin.task, rin.pools, rin.strategy
     rng = np.random.default_rng([cfg.seed, rin.t, share.k, share.part, attempt, 17])
-    # Its own stream, so the example draws are those of a run without zero-shot prompts.
-    zero_shot_rng = np.random.default_rng([cfg.seed, rin.t, share.k, share.part, attempt, 29])
     shared_sets = cfg.example_sets if strategy.shares_draws else 0
     drawn: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
     per_label: Counter[str] = Counter()
@@ -95,8 +91,6 @@ def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: i
         attribute = pick_attribute(task, label, rng)
         good_pool, bad_pool = pools.good.get(label, []), pools.bad.get(label, [])
         kind = strategy.prompt_kind(rin.t, bool(good_pool))
-        if cfg.zero_shot_share and zero_shot_rng.random() < cfg.zero_shot_share:
-            kind = PromptKind.ZERO_SHOT  # a sample that copies none of the voted examples
         good: list[str] = []
         bad: list[str] = []
         if kind is not PromptKind.ZERO_SHOT:
@@ -107,40 +101,17 @@ def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: i
             if key not in drawn:
                 drawn[key] = strategy.draw_examples(kind, good_pool, bad_pool, cfg.s, rng)
             good, bad = drawn[key]
-        prompt = build_prompt(task, kind.value, label, attribute, good=good, bad=bad, style=cfg.prompt_style)
+        prompt = build_prompt(task, kind.value, label, attribute, good=good, bad=bad)
         slots.append(Slot(i, label, attribute, kind.value, prompt, tuple(good) + tuple(bad)))
     return slots
-
-
-def make_gate(task: TaskSpec, style: str) -> Gate:
-    """The quality gate with the task's bounds, script and language (public data only)."""
-    settings = GateSettings(
-        min_words=task.min_words or GateSettings.min_words,
-        max_words=task.max_words or GateSettings.max_words,
-        script=task.script,
-        language=task.language,
-    )
-
-    # Every label's phrases: "negative sentiment" is no sample of any label.
-    names = [
-        (lab.replace("_", " "), task.label_text(lab), task.label_text(lab, style)) for lab in task.labels
-    ]
-    phrases = sorted({phrase for group in names for phrase in group})
-
-    def gate(text: str, slot: Slot) -> str | None:
-        return check_sample(text, label_phrases=phrases, prompt=slot.prompt, settings=settings)
-
-    return gate
 
 
 def clean_sample(
     text: str, slot: Slot, gate: Gate | None, *seen: set[str] | frozenset[str]
 ) -> tuple[str | None, str | None]:
     """``(sample, None)``, or ``(None, reason)`` for a sample that is empty, a copy of one already
-    kept, an echo of its prompt, or (with a ``gate``) junk."""
+    kept, an echo of its prompt, or one the ``gate`` (the round policy's check) turns down."""
     text = text.strip().strip('"').strip()
-    if gate is not None:
-        text = clean_text(text)  # harmless leftovers (quotes, a list marker, tags) are fixed, not rejected
     key = normalize_text(text)
     if len(key) < 3:
         return None, "empty"

@@ -100,23 +100,6 @@ def _draft(order_good: np.ndarray, order_bad: np.ndarray, s: int) -> PoolIndices
     return PoolIndices(good=np.asarray(good, dtype=np.int64), bad=np.asarray(bad, dtype=np.int64))
 
 
-def clearest_per_label(
-    leads: np.ndarray, synth_labels: np.ndarray, n_labels: int, share: float
-) -> np.ndarray:
-    """Boolean mask: each label's samples less the ``share`` of them (rounded down) with the
-    smallest ``leads`` (how clearly a sample reads as its label; ties set aside the higher row)."""
-    labels = _int_vector("synth_labels", synth_labels, _check_count("n_labels", n_labels, 1))
-    lead = _float_vector("leads", leads, labels.shape[0])
-    if not 0.0 <= share < 1.0:
-        raise ValueError(f"share must lie in [0, 1), got {share!r}")
-    keep = np.ones(labels.shape[0], dtype=bool)
-    for label in range(n_labels):
-        rows = np.flatnonzero(labels == label)
-        weakest_first = rows[np.lexsort((-rows, lead[rows]))]
-        keep[weakest_first[: int(share * rows.size)]] = False
-    return keep
-
-
 def select_pools(
     h_near: np.ndarray,
     h_far: np.ndarray | None,
@@ -131,8 +114,8 @@ def select_pools(
     row index.  Every label in ``range(n_labels)`` gets an entry; a label without synthetic samples
     gets two empty pools, one with fewer than ``2s`` samples gets smaller pools.  Without ``H_far``
     (a run that never shows the far pool releases none) ``good`` is the plain top-``s`` and ``bad``
-    is empty.  ``eligible`` (a boolean mask, e.g. :func:`clearest_per_label`) limits the good pool
-    to those samples; the bad pool may take any.
+    is empty.  ``eligible`` (a boolean mask; a round policy's filter) limits the good pool to those
+    samples; the bad pool may take any.
     """
     n_labels = _check_count("n_labels", n_labels, 1)
     s = _check_count("s", s, 0)
@@ -204,46 +187,6 @@ def plm_weights(
         logger.info("plm_weights: no positive PLM score, keeping previous weights")
         return prev
     return scores / total
-
-
-def shrunk_plm_weights(
-    h_near: np.ndarray, synth_plm: np.ndarray, n_plms: int, prev_weights: np.ndarray, sigma: float
-) -> np.ndarray:
-    """Next round's PLM weights that move only as far as the public noise allows.
-
-    A PLM's mean noisy near-vote per sample is its signal plus noise of variance ``sigma**2 / n_k``
-    (``n_k`` its samples; ``sigma`` public). The means are pulled towards their common mean by the
-    positive-part James-Stein factor ``1 - expected noise spread / observed spread``: PLMs whose
-    means differ no more than the noise would make them get equal weights, PLMs far apart get
-    weights in proportion to their means (as :func:`plm_weights`, whose per-sample scores these
-    are). A PLM without samples gets the common mean, so it can come back. Public
-    post-processing of the noisy votes: no privacy cost. If the shrunk means are all non-positive
-    the votes carry no usable signal and ``prev_weights`` (normalised) is returned.
-    """
-    n_plms = _check_count("n_plms", n_plms, 1)
-    prev = _normalised_prev(prev_weights, n_plms)
-    if isinstance(sigma, bool) or not math.isfinite(float(sigma)) or float(sigma) < 0:
-        raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}")
-    plm = _int_vector("synth_plm", synth_plm, n_plms)
-    votes = _float_vector("h_near", h_near, plm.shape[0])
-    counts = np.bincount(plm, minlength=n_plms).astype(np.float64)
-    has = counts > 0
-    if not has.any():
-        return prev
-    means = np.bincount(plm, weights=votes, minlength=n_plms)[has] / counts[has]
-    common = float(means.mean())
-    spread = float(np.sum((means - common) ** 2))
-    # E[sum (e_k - mean e)^2] for independent e_k of variance v_k is sum v_k (1 - 1/K).
-    noise = float(np.sum(float(sigma) ** 2 / counts[has])) * (1.0 - 1.0 / means.size)
-    keep = max(0.0, 1.0 - noise / spread) if spread > 0 else 0.0
-    estimate = np.full(n_plms, common)
-    estimate[has] = common + keep * (means - common)
-    estimate = np.clip(estimate, 0.0, None)
-    total = math.fsum(estimate)
-    if not total > 0.0:
-        logger.info("shrunk_plm_weights: no positive PLM estimate, keeping previous weights")
-        return prev
-    return estimate / total
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,38 +266,18 @@ def split_over_labels(n: int, n_labels: int, offset: int = 0) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------
-# label shares and sample weights
+# label shares
 # ------------------------------------------------------------------------------------------------
 
 #: Smallest share a label keeps, so a rare (or noisy-zero) label still gets pools and samples.
 MIN_LABEL_SHARE = 0.05
 
 
-def label_shares(noisy_counts: np.ndarray, smoothing: float = 0.0, floor_of_even: float = 0.0) -> np.ndarray:
-    """Shares of the labels from a noisy histogram (post-processing): clipped at 0, pulled towards
-    an even split by ``smoothing``, floored at ``floor_of_even`` of an even share (at least
-    :data:`MIN_LABEL_SHARE`), summing to 1."""
+def label_shares(noisy_counts: np.ndarray) -> np.ndarray:
+    """Shares of the labels from a noisy histogram (post-processing): clipped at 0, floored at
+    :data:`MIN_LABEL_SHARE`, summing to 1."""
     counts = np.clip(_float_vector("noisy_counts", noisy_counts), 0.0, None)
     even = np.full(counts.size, 1.0 / counts.size)
     shares = counts / counts.sum() if counts.sum() > 0 else even
-    shares = (1.0 - smoothing) * shares + smoothing * even
-    shares = np.maximum(shares, max(MIN_LABEL_SHARE, floor_of_even / counts.size))
+    shares = np.maximum(shares, MIN_LABEL_SHARE)
     return shares / shares.sum()
-
-
-def sample_weights(h_near: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """A weight per sample from noisy near-votes: its rank within its label, mapped to [0.5, 1.5].
-
-    Ranks rather than vote values: the noise is the same for every sample, so only the order
-    carries signal, and a rank keeps every weight bounded whatever the noise draws (ties to the
-    lower row index).  Mean weight 1 per label.
-    """
-    votes = _float_vector("h_near", h_near)
-    labels = np.asarray(labels)
-    out = np.ones(votes.size, dtype=np.float64)
-    for label in np.unique(labels):
-        rows = np.flatnonzero(labels == label)
-        if rows.size > 1:
-            order = _ranked(rows, votes)[::-1]  # lowest votes first
-            out[order] = 0.5 + np.arange(rows.size) / (rows.size - 1)
-    return out

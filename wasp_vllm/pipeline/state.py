@@ -52,6 +52,11 @@ class RoundRecord:
     kept_tokens: dict[str, int] = field(default_factory=dict)
 
 
+#: The layout of ``state.json``; a state of another format is not resumed (2: the rejected quality
+#: levers left the settings, 2026-12, so an older run's settings cannot be rebuilt).
+STATE_FORMAT = 2
+
+
 @dataclass
 class RunState:
     """Weights, active PLMs, pools, ledger and round records of one run."""
@@ -70,6 +75,9 @@ class RunState:
     timings: dict[str, float] = field(default_factory=dict)
     #: Share of each label in the samples to write (None: even), from the noisy label histogram.
     label_shares: list[float] | None = None
+    #: The round policy that chose the pools and weights (:mod:`wasp_vllm.pipeline.policy`).
+    policy: str = "paper"
+    format: int = STATE_FORMAT
 
     @property
     def completed_rounds(self) -> int:

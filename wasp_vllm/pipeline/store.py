@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wasp_vllm.pipeline.state import RunState
+from wasp_vllm.pipeline.state import STATE_FORMAT, RunState
 from wasp_vllm.privacy.secrets import RunSecret, check_key_mode
 
 PUBLISHED = ("synthetic.parquet", "manifest.json", "README.md")  # README.md: the data set's card
@@ -243,6 +243,11 @@ class RunStore:
             path = self.private / "rounds" / name
             if not path.exists() or sha256_file(path) != digest:
                 raise CheckpointError(f"checkpoint file rounds/{name} is missing or corrupted (checksum)")
+        if state.get("format", 1) != STATE_FORMAT:
+            raise CheckpointError(
+                f"{self.state_path} was written by an earlier wasp-vllm whose settings have since changed "
+                "(docs/levers-not-adopted.md), so it cannot be resumed; start the run again with --overwrite"
+            )
         return RunState.from_dict(state)
 
     def read_round(self, t: int) -> pa.Table:

@@ -33,8 +33,8 @@ CPU_HF_TABLE = {"smollm2": (220.0, 10.0)}
 #: down by size, and start-up (weights load + CUDA graphs). Deliberately on the slow side.
 GPU_TOKENS_PER_S_1B, GPU_STARTUP_S = 8000.0, 90.0
 #: A sample is regenerated when rejected: samples generated per sample kept, by the checks on (the
-#: label check's from the demo, SmolLM2 + Gemma-3 on drugs: 2.3 and 2.4; the gate's alone a guess).
-REGENERATION = {"label_check": 2.4, "quality_gate": 1.3, "none": 1.0}
+#: label check's from the demo, SmolLM2 + Gemma-3 on drugs: 2.3 and 2.4).
+REGENERATION = {"label_check": 2.4, "none": 1.0}
 #: Embedder start-up and the embedding and writing of the samples (public work), per run and sample.
 OVERHEAD_S, OVERHEAD_S_PER_SAMPLE = 15.0, 0.02
 

@@ -96,7 +96,6 @@ def plan_privacy(
     mode: AccountantMode | str = AccountantMode.EXACT,
     unit: PrivacyUnit = PrivacyUnit(),
     *,
-    extra_votes: int = 0,
     prior_share: float = 0.0,
     histograms: int = 2,
 ) -> PrivacyPlan:
@@ -104,8 +103,7 @@ def plan_privacy(
 
     The accountant named by ``mode`` chooses sigma; the exact accountant must agree that it spends
     at most ``epsilon`` (the paper's formula under-noises at large epsilon).  Both epsilons are
-    always reported.  ``extra_votes``: votes beyond the ``rounds - 1`` (a final vote over the
-    output).  ``prior_share`` > 0 also plans a Gaussian histogram of the private labels: that share
+    always reported.  ``prior_share`` > 0 also plans a Gaussian histogram of the private labels: that share
     of the budget's ``mu^2`` (Gaussian DP composes as a sum of ``mu^2``) goes to it, the rest to
     the votes (exact accountant only).  ``histograms``: 1 where each vote releases ``H_near`` alone.
     """
@@ -119,7 +117,7 @@ def plan_privacy(
     sensitivity = wasp_sensitivity(q, neighbour, per_unit, histograms)
     fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, per_unit, sensitivity,
              histograms)  # fmt: skip
-    compositions = rounds - 1 + extra_votes
+    compositions = rounds - 1
     prior = _prior(epsilon, delta, neighbour, per_unit, prior_share, accountant)
     if compositions == 0 and prior is None:
         logger.debug("rounds == 1: no voting round, no noise needed, no privacy spent")

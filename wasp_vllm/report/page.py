@@ -167,9 +167,6 @@ def _rounds_section(view: RunView) -> str:
     notes = "".join(
         f"<p class='note'>{escape(p)} was dropped: {escape(str(r))}</p>" for p, r in dropped.items()
     )
-    rule = ""
-    if view.manifest.get("config", {}).get("plm_weighting") == "shrunk":
-        rule = " (pulled towards equal shares as far as the public noise explains their differences)"
     final_line = ""
     if final:
         pairs = ", ".join(f"{p} {fmt(w)}" for p, w in zip(view.plms, final, strict=False))
@@ -177,7 +174,7 @@ def _rounds_section(view: RunView) -> str:
     return (
         '<section id="rounds"><h2>Rounds: quotas and PLM weights</h2>'
         "<p>Each round every PLM writes its quota; the noisy votes of the private records then set the "
-        f"weights{rule}, hence the quotas of the next round.</p>"
+        "weights, hence the quotas of the next round.</p>"
         f'<img src="{WEIGHTS_PNG}" alt="PLM weights and quotas per round" width="990">'
         f"{rounds_table(rounds, view.plms)}{final_line}{notes}</section>"
     )
@@ -228,10 +225,8 @@ def _rejects_section(view: RunView) -> str:
         body = table(["reason", *view.plms, "total"], rows, last_is_total=True)
     return (
         '<section id="rejects"><h2>Rejects</h2><p>Samples turned down, summed over the rounds: '
-        "empty ones, copies and echoes of the prompt always; the quality gate's reasons where "
-        "<code>--quality-gate</code> was on; as <code>off_label</code>, the label check; as "
-        "<code>unlikely</code> and <code>predictable</code>, <code>--min-sample-logprob</code> and "
-        f"<code>--max-sample-logprob</code>. Each was regenerated, never copied.</p>{body}</section>"
+        "empty ones, copies and echoes of the prompt always; as <code>off_label</code>, the label "
+        f"check. Each was regenerated, never copied.</p>{body}</section>"
     )
 
 

@@ -48,7 +48,6 @@ def build_prompt(
     attribute: str | None = None,
     good: Sequence[str] = (),
     bad: Sequence[str] = (),
-    style: str = "paper",
 ) -> str:
     """Render one generation prompt.
 
@@ -56,7 +55,6 @@ def build_prompt(
     'contrastive' (``bad`` examples to move away from, ``good`` ones to move
     towards).  ``attribute`` is free text (normally from :func:`pick_attribute`);
     it is not checked against the task's list so that callers may use their own.
-    ``style``: 'paper' (Table 7 of the paper) or 'short' (the task's prompts for small PLMs).
     """
     if kind not in PROMPT_KINDS:
         raise TaskError(f"unknown prompt kind {kind!r}; expected one of {PROMPT_KINDS}")
@@ -64,11 +62,11 @@ def build_prompt(
     good_list, bad_list = _check_texts("good", good), _check_texts("bad", bad)
     context = {
         "label": label,
-        "label_text": task.label_text(label, style),
+        "label_text": task.label_text(label),
         "attribute": attribute or "",
         "attribute_text": task.attribute_template.format(attribute=attribute) if attribute else "",
     }
-    templates = task.prompt_templates(style)
+    templates = task.templates
     if kind == "zero_shot":
         if good_list or bad_list:
             raise TaskError("a zero_shot prompt takes no examples")

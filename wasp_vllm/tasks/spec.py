@@ -154,21 +154,11 @@ class TaskSpec(BaseModel):
         default="", description="rendered as {attribute_text} when an attribute is given; uses {attribute}"
     )
     templates: PromptTemplates
-    short_templates: PromptTemplates | None = Field(
-        default=None,
-        description="prompts small PLMs can follow (prompt_style 'short'); None: the paper's templates",
-    )
-    short_label_descriptions: dict[str, str] = Field(
-        default_factory=dict, description="{label_text} per label in the short prompts (default: the usual)"
-    )
     stop: list[str] = Field(default_factory=lambda: ['"', "\n\n"], min_length=1)
     max_new_tokens: int = Field(default=128, gt=0)
-    min_words: int | None = Field(
-        default=None, gt=0, description="quality gate: shorter samples are rejected"
+    language: str | None = Field(
+        default=None, description="the texts' language, e.g. 'en' (the data set card states it)"
     )
-    max_words: int | None = Field(default=None, gt=0)
-    script: str | None = Field(default=None, description="quality gate: the texts' script, e.g. 'latin'")
-    language: str | None = Field(default=None, description="quality gate: the texts' language, e.g. 'en'")
 
     @field_validator("name")
     @classmethod
@@ -206,7 +196,6 @@ class TaskSpec(BaseModel):
             "label_descriptions",
             "label_aliases",
             "label_attribute_values",
-            "short_label_descriptions",
         ):
             extra = sorted(set(getattr(self, field)) - known)
             if extra:
@@ -242,15 +231,9 @@ class TaskSpec(BaseModel):
 
     # ----- convenience -------------------------------------------------------------------------
 
-    def label_text(self, label: str, style: str = "paper") -> str:
-        """The phrase that names ``label`` inside a prompt of ``style`` ('paper' or 'short')."""
-        if style == "short" and label in self.short_label_descriptions:
-            return self.short_label_descriptions[label]
+    def label_text(self, label: str) -> str:
+        """The phrase that names ``label`` inside a prompt."""
         return self.label_descriptions.get(label, label.replace("_", " "))
-
-    def prompt_templates(self, style: str = "paper") -> PromptTemplates:
-        """The templates of ``style``: the short ones where the task has them, else the paper's."""
-        return self.short_templates if style == "short" and self.short_templates else self.templates
 
     def attribute_choices(self, label: str) -> list[str]:
         """Attribute values that suit ``label`` (empty when the task has no attribute)."""

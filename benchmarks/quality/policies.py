@@ -1,0 +1,72 @@
+"""Experimental round policies: how a variant of WASP is tried without a new option.
+
+A policy implements ``wasp_vllm.pipeline.policy.RoundPolicy`` (the next round's pools from the noisy
+votes, the PLM weights, whether a freshly written sample is kept); it sees only public values, so
+whatever it returns is post-processing of what was released.  Register one here by name and the
+tasks grid measures it as the method ``policy-NAME`` against WASP (``quality_tasks.py --methods
+wasp,policy-NAME``); the harness hands it to the run (``Run(..., policy=...)``), never through
+``RunConfig``, and keys the run's record by its name.  A variant becomes an option of the product
+only after the adoption rule (``lever_rule.py``, docs/quality.md) adopts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from wasp_vllm.pipeline.policy import ChosenPools, PaperPolicy, VotedSamples
+from wasp_vllm.privacy.voting import NoisyVotes
+
+
+def signal_share(votes: NoisyVotes) -> float:
+    """The share of the noisy near-votes' variance that the public noise does not explain,
+    ``1 - sigma^2 / var(H_near)`` (0 where the votes are no more spread than noise alone)."""
+    spread = float(np.var(votes.h_near, ddof=1)) if votes.h_near.size > 1 else 0.0
+    if spread <= 0.0 or votes.sigma is None:
+        return 0.0
+    return max(0.0, 1.0 - float(votes.sigma) ** 2 / spread)
+
+
+class SignalSwitchPolicy(PaperPolicy):
+    """The paper's rules where the votes carry signal; where ``signal_share`` is below
+    ``threshold``, the next round shows no examples (its prompts fall back to zero-shot: a label
+    without a pool is prompted zero-shot) and every PLM gets an equal share. Computed from the
+    noisy histograms and the public sigma only: post-processing, no privacy cost."""
+
+    def __init__(self, threshold: float = 0.25) -> None:
+        self.threshold = threshold
+        self.name = f"signal-switch-{threshold:g}"
+
+    def _weak(self, votes: NoisyVotes) -> bool:
+        return signal_share(votes) < self.threshold
+
+    def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
+        if not self._weak(votes):
+            return super().pools(votes, samples, s)
+        none = {label: np.zeros(0, dtype=np.int64) for label in range(samples.n_labels)}
+        return ChosenPools(good=none, bad=dict(none))
+
+    def plm_weights(self, votes: NoisyVotes, samples: VotedSamples, previous: np.ndarray) -> np.ndarray:
+        if not self._weak(votes):
+            return super().plm_weights(votes, samples, previous)
+        return np.full(samples.n_plms, 1.0 / samples.n_plms)
+
+
+#: name -> (label in the tables, a factory of the policy).  Every experiment measured before the
+#: seam was decided (docs/levers-not-adopted.md); these are the ones under trial now (issue 59).
+POLICIES: dict[str, tuple[str, Callable[[], Any]]] = {
+    # After round 0 the votes are mostly noise (signal share 0.04-0.07 on four validation tasks,
+    # docs/quality.md): below a quarter, show no examples and keep the PLMs even, as FuseGen does.
+    "signal-switch": ("WASP, zero-shot and even PLMs where the votes are mostly noise", SignalSwitchPolicy),
+}
+
+
+def policy_of(name: str) -> Any:
+    """A fresh instance of the registered policy ``name``; KeyError names the registered ones."""
+    if name not in POLICIES:
+        raise KeyError(
+            f"no experimental policy {name!r}; registered: {', '.join(sorted(POLICIES)) or 'none'}"
+        )
+    return POLICIES[name][1]()

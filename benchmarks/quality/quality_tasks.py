@@ -1,0 +1,292 @@
+"""Synthetic-data quality of WASP and its baselines over every built-in task: methods x tasks x seeds.
+
+Settings are chosen on the validation splits of all tasks, never on one (docs: "How quality
+choices are made"); this is the command that measures them.  Per run, as ``quality.py`` (whose
+machinery it shares, ``harness.py``): M private records drawn from ``TASK:fit`` by keyed hash
+(seeded), the synthetic set scored on ``TASK:validation`` (or ``TASK:test`` for the final table)
+by a logistic regression on MiniLM embeddings, label agreement against a classifier trained on
+``TASK:fit``, FID against the M records; plus, per round and PLM, what the samples look like
+(``round_stats.py``).  Paired by seed: WASP − each baseline, each lever − WASP, federated WASP −
+Pre-Text; a gap inside its standard deviation is "no gap".
+
+A finished run's record is written atomically under ``--work`` and keyed by the run's whole
+configuration: an interrupted benchmark run again skips what finished.  The results JSON keeps
+every record with its key, and a run of the benchmark first restores them from the JSON it is
+about to rewrite: a grid too long for one sitting grows over several, on fresh clones too, from
+its committed results (a changed setting or default is a new key, so it runs again).
+``--max-minutes`` starts no new run after the limit and reports what finished.
+
+    python benchmarks/quality/quality_tasks.py --split validation    # the grid the defaults come from
+    python benchmarks/quality/quality_tasks.py --quick               # CI size (a few minutes)
+    python benchmarks/quality/quality_tasks.py --tasks tweets,trec --methods wasp,fusegen --seeds 1 \\
+        --n 60 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+import report  # noqa: E402 - the benchmarks' reporting helper, in benchmarks/
+from harness import (  # noqa: E402
+    AS_PUBLISHED,
+    AUTO_ENGINE,
+    DELTA,
+    EPSILON,
+    LEVERS,
+    PLMS,
+    REPO,
+    RESULTS,
+    CachedEmbedder,
+    Data,
+    EnginePool,
+    Method,
+    Settings,
+    log,
+    out_of_time,
+    restore_records,
+    run_or_fail,
+    setup_logging,
+)
+from policies import POLICIES  # noqa: E402
+from round_stats import ReferenceJudge, junk_share, round_stats  # noqa: E402
+from tasks_report import write_outputs  # noqa: E402
+
+TASKS = ("drugs", "rotten_tomatoes", "imdb", "tweets", "trec")
+QUICK_TASKS = ("tweets", "trec")
+DEFAULT_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "aug-pe:gemma3", "wasp")
+QUICK_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "wasp")
+FEDERATED = {"parties": 10, "dirichlet": 1.0}
+#: Every run: room for IMDb's contrastive prompts (S=8 examples of up to 200 tokens each).
+RUN_CONFIG = {"max_model_len": 4096}
+#: The CI size (N=24, T=2) leaves 2-4 samples per label and round: pools of S=2, Q=2 votes.
+QUICK_CONFIG = {**RUN_CONFIG, "q": 2, "s": 2}
+
+
+def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
+    """Every method by name, with the pair its paired difference is taken as (``a − b``)."""
+    both = list(PLMS)
+    wasp = {"strategy": "wasp", "plms": both}
+    fewshot = {**wasp, "strategy": "wasp-no-contrast"}  # = today's WASP, under the key its records have
+    rows: list[tuple[str, str, str, dict[str, Any], tuple[str, str] | None]] = [
+        ("only-private", "OnlyPrivate (no DP)", "baseline", {}, None),
+        ("fusegen", "FuseGen (zero-shot, 2 PLMs)", "baseline", {"strategy": "fusegen", "plms": both}, None),
+        *((f"aug-pe:{p}", f"Aug-PE ({p})", "baseline",
+           {"strategy": "aug-pe", "plms": [p], **AS_PUBLISHED}, None) for p in PLMS),
+        ("wasp", "WASP", "main", wasp, None),
+        ("wasp-fewshot", "WASP, few-shot prompts (no contrast)", "lever", fewshot, None),
+        ("wasp-contrastive", "WASP, contrastive prompts after round 0 (the paper's)", "lever",
+         {**wasp, "later_prompt": "contrastive"}, None),
+        ("wasp-far-auto", "WASP, each vote releases H_far only where the prompts show the far pool",
+         "lever", {**wasp, "far_votes": "auto"}, None),
+        ("wasp-fewshot-uniform", "WASP, few-shot prompts, uniform label split", "lever",
+         {**fewshot, "label_prior": "uniform"}, ("wasp-fewshot-uniform", "wasp-fewshot")),
+        ("wasp-no-weighting", "WASP, no PLM weighting", "lever",
+         {**wasp, "strategy": "wasp-no-weighting"}, None),
+        *((key, label, "lever", {**wasp, **change}, None) for key, label, change in LEVERS),
+        ("wasp-federated", "Federated WASP (10 parties)", "federated", {**wasp, **FEDERATED}, None),
+        ("pretext", "Pre-Text (10 parties, 2 PLMs)", "federated",
+         {"strategy": "pre-text", "plms": both, **FEDERATED}, ("wasp-federated", "pretext")),
+    ]  # fmt: skip
+    table = {}
+    for key, label, group, overrides, pair in rows:
+        method = Method(key, label, group, overrides, m=m, only_private=key == "only-private")
+        default = (key, "wasp") if group == "lever" else ("wasp", key)
+        table[key] = (method, pair or default)
+    for name, (label, _) in POLICIES.items():  # experiments: WASP's settings, another round policy
+        key = f"policy-{name}"
+        table[key] = (Method(key, label, "lever", wasp, m=m, policy=name), (key, "wasp"))
+    return table
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="CI size: tweets,trec; N=24, T=2, 1 seed, 4 methods")
+    p.add_argument("--tasks", default=None, help=f"comma list of built-in tasks (default {','.join(TASKS)})")
+    p.add_argument(
+        "--split", choices=("validation", "test"), default="validation",
+        help="what is scored: validation (to choose settings) or test (the final table only)",
+    )  # fmt: skip
+    p.add_argument("--methods", default=None, help="comma list (default: the baselines and WASP); see --list")
+    p.add_argument("--list", action="store_true", help="print every method name and what it overrides")
+    p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 3; quick 1)")
+    p.add_argument("--n", type=int, default=None, help="synthetic samples per run (default 300; quick 24)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds T (default 5; quick 2)")
+    p.add_argument("--m", type=int, default=100, help="private records drawn from TASK:fit (default 100)")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=None,
+        help="token cap per sample: each task's own, or this where the task's is larger",
+    )  # fmt: skip
+    p.add_argument("--engine", choices=("auto", "vllm", "hf"), default="auto", help=f"auto = {AUTO_ENGINE}")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="start no new run after this many minutes (finished runs are reused: 0 = tables from the cache)",
+    )
+    p.add_argument("--work", default=None, help="run folders and records (default runs/bench-tasks[-quick])")
+    p.add_argument(
+        "--score-from", default="",
+        help="comma list of other grids' --work folders (e.g. the other split's): a run they generated "
+        "at the same configuration, whose run folder is still there, is scored here instead of run again",
+    )  # fmt: skip
+    p.add_argument("--out", default=str(RESULTS), help="folder for the .md/.json/.png")
+    p.add_argument("--name", default=None, help="output stem (default quality_tasks{_quick,_test})")
+    args = p.parse_args(argv)
+    args.score_from = [Path(w) for w in args.score_from.split(",") if w]
+    args.tasks = (args.tasks or ",".join(QUICK_TASKS if args.quick else TASKS)).split(",")
+    args.methods = (args.methods or ",".join(QUICK_METHODS if args.quick else DEFAULT_METHODS)).split(",")
+    args.seeds = args.seeds or (1 if args.quick else 3)
+    args.n = args.n or (24 if args.quick else 300)
+    args.rounds = args.rounds or (2 if args.quick else 5)
+    args.work = Path(args.work or REPO / "runs" / ("bench-tasks-quick" if args.quick else "bench-tasks"))
+    suffix = ("_quick" if args.quick else "") + ("_test" if args.split == "test" else "")
+    args.name = args.name or f"quality_tasks{suffix}"
+    args.engine = AUTO_ENGINE if args.engine == "auto" else args.engine
+    args.config = QUICK_CONFIG if args.quick else RUN_CONFIG
+    return args
+
+
+def token_cap(task: str, cap: int | None) -> int | None:
+    """The task's own token cap, or ``cap`` where that is smaller (None: the task's own)."""
+    from wasp_vllm.tasks import get_task
+
+    own = get_task(task).max_new_tokens
+    return None if cap is None or cap >= own else cap
+
+
+def _check(args: argparse.Namespace, table: dict[str, Any]) -> None:
+    from wasp_vllm.data.builtin import BUILTIN
+
+    if unknown := [t for t in args.tasks if t not in BUILTIN]:
+        raise SystemExit(f"--tasks: no built-in set {unknown}; one of {', '.join(BUILTIN)}")
+    if unknown := [m for m in args.methods if m not in table]:
+        raise SystemExit(f"--methods: no method {unknown}; one of {', '.join(table)}")
+    if missing := [str(w) for w in args.score_from if not w.is_dir()]:
+        raise SystemExit(f"--score-from: no such folder {', '.join(missing)}")
+
+
+def new_payload(args: argparse.Namespace, argv: list[str] | None, table: dict[str, Any]) -> dict[str, Any]:
+    from wasp_vllm.data.records import load_private, load_test
+    from wasp_vllm.tasks import get_task
+
+    methods = [table[k][0] for k in args.methods]
+    return {
+        "command": report.command(__file__, sys.argv[1:] if argv is None else argv),
+        "settings": {"quick": args.quick, "tasks": args.tasks, "split": args.split, "engine": args.engine,
+                     "n": args.n, "rounds": args.rounds, "m": args.m, "max_new_tokens": args.max_new_tokens,
+                     "seeds": list(range(args.seeds)), "epsilon": EPSILON, "delta": DELTA,
+                     "plms": list(PLMS), "max_minutes": args.max_minutes, "run_config": args.config},
+        "machine": report.machine(),
+        "methods": [{"key": m.key, "label": m.label, "group": m.group, "overrides": m.overrides,
+                     "versus": list(table[m.key][1])} for m in methods],
+        "n_scored": {t: len(load_test(f"{t}:{args.split}", get_task(t))) for t in args.tasks},
+        "reference_junk_share": {t: junk_share(load_private(f"{t}:fit", get_task(t)).texts)
+                                 for t in args.tasks},
+        "runs": [], "ran": [], "reused": [], "skipped": [], "finished": False,
+    }  # fmt: skip
+
+
+def finished_cells(payload: dict[str, Any]) -> set[tuple[str, str, int]]:
+    """(task, method, seed) of every run a results payload holds that did not fail."""
+    return {(r["task"], r["method"], r["seed"]) for r in payload.get("runs", []) if "error" not in r}
+
+
+class ResultsWriter:
+    """Writes a grid's tables to ``stem`` unless that would drop a finished run the file there
+    holds (one this grid skipped for time, or could not match because settings or defaults changed
+    since): then to ``STEM-partial`` beside it, so what was written is never lost to a grid that
+    stopped early."""
+
+    def __init__(self, stem: Path) -> None:
+        self.stem, self.partial = stem, stem.with_name(stem.name + "-partial")
+        old = stem.with_suffix(".json")
+        self.kept = finished_cells(json.loads(old.read_text())) if old.exists() else set()
+
+    def missing(self, payload: dict[str, Any]) -> set[tuple[str, str, int]]:
+        return self.kept - finished_cells(payload)
+
+    def write(self, payload: dict[str, Any]) -> Path:
+        target = self.partial if self.missing(payload) else self.stem
+        write_outputs(payload, target)
+        if target == self.stem:  # caught up: a partial table of an earlier try is out of date
+            for stale in self.partial.parent.glob(f"{self.partial.name}*"):
+                stale.unlink()
+        return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    table = method_table(args.m)
+    if args.list:
+        for key, (method, pair) in table.items():
+            print(f"{key:24s} {method.overrides}  (paired: {pair[0]} − {pair[1]})")
+        return 0
+    _check(args, table)
+    setup_logging()
+    stem = Path(args.out) / args.name
+    payload = new_payload(args, argv, table)
+    if restored := restore_records(stem.with_suffix(".json"), lambda task: args.work / task):
+        log.info("restored %d finished runs from %s.json into %s", restored, stem, args.work)
+    writer = ResultsWriter(stem)
+    start = time.perf_counter()
+    embedder, pool = CachedEmbedder.on_disk(), EnginePool(args.engine)
+    judge = ReferenceJudge(embedder)
+
+    def extras(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        return {"rounds": round_stats(run_dir, manifest, judge)}
+
+    twins = tuple(method for method, _ in table.values())
+    try:
+        for seed in range(args.seeds):  # seed-major: an interrupted grid still has whole seeds
+            for task in args.tasks:
+                data = Data(task, args.split)
+                settings = Settings(args.engine, args.n, args.rounds, token_cap(task, args.max_new_tokens),
+                                    args.work / task, config=args.config, twins=twins,
+                                    score_from=tuple(w / task for w in args.score_from))  # fmt: skip
+                for key in args.methods:
+                    method = table[key][0]
+                    elapsed = (time.perf_counter() - start) / 60
+                    if out_of_time(method, seed, data, settings, elapsed, args.max_minutes):
+                        payload["skipped"].append([task, key, seed])
+                        continue
+                    log.info("== %s on %s, seed %d (%.1f min in)", key, task, seed, elapsed)
+                    record = run_or_fail(method, seed, data, settings, pool, embedder, extras)
+                    payload["runs"].append(record)
+                    payload["reused" if record.get("reused") else "ran"].append([task, key, seed])
+                    payload["engine_startup_s"] = dict(pool.startup_s)
+                    payload["total_s"] = round(time.perf_counter() - start, 1)
+                    writer.write(payload)
+    finally:
+        pool.close()
+    payload["finished"] = True
+    payload["machine"]["load_end"] = report.load_average()
+    payload["total_s"] = round(time.perf_counter() - start, 1)
+    written = writer.write(payload)
+    log.info("wrote %s.{md,json,png} in %.1f min", written, payload["total_s"] / 60)
+    print(written.with_suffix(".md").read_text())
+    if written != stem:
+        lost = sorted(writer.missing(payload))
+        log.error(
+            "%s.json holds %d finished runs this grid did not reproduce (skipped for time, or their "
+            "settings changed since), e.g. %s: it is left as it was, and this grid's tables are in %s.*; "
+            "run the missing cells, or delete the old file to replace it",
+            stem, len(lost), ", ".join(f"{m} on {t} seed {sd}" for t, m, sd in lost[:3]), written,
+        )  # fmt: skip
+        return 1
+    failed = [r for r in payload["runs"] if "error" in r]
+    return 1 if failed else 0  # the tables are written either way; a failed run must not pass unseen
+
+
+if __name__ == "__main__":
+    sys.exit(main())
