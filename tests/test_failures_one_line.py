@@ -137,3 +137,4 @@ def test_a_real_process_prints_one_line_for_an_unwritable_out(base, tmp_path):
     assert "Traceback" not in proc.stderr + proc.stdout
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "read-only file system" in lines[0], proc.stderr
+    assert proc.stderr.splitlines() == lines  # the whole output: no empty progress line, nothing else

@@ -24,6 +24,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -280,7 +281,7 @@ def _sigterm_exits() -> Iterator[None]:
 
 @contextmanager
 def _progress() -> Iterator[Progress]:
-    progress = Progress(
+    progress = _LazyProgress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -294,6 +295,23 @@ def _progress() -> Iterator[Progress]:
     )
     with progress:
         yield progress
+
+
+class _LazyProgress(Progress):
+    """A progress display that starts with its first task: a command refused before any work then
+    prints its one error line and nothing else (no empty display line)."""
+
+    def __enter__(self) -> _LazyProgress:
+        return self
+
+    def add_task(self, *args: Any, **kwargs: Any) -> TaskID:
+        if not self.live.is_started:
+            self.start()
+        return super().add_task(*args, **kwargs)
+
+    def stop(self) -> None:
+        if self.live.is_started:  # rich prints an empty line on stop where stderr is not a terminal
+            super().stop()
 
 
 def _distinct(values: float | list[float]) -> str:
