@@ -306,6 +306,12 @@ MUTANTS = {
         ),
         ("tests/test_evaluate.py::test_evaluate_synthetic_end_to_end",),
     ),
+    "run-folder-not-locked": Mutant(
+        "a second run writes a folder another process is writing (rows mixed, rounds voted twice)",
+        "wasp_vllm/pipeline/store.py",
+        (("            self._lock = self._acquire()\n", "            pass\n"),),
+        ("tests/test_run_lock.py::test_a_busy_folder_refuses_a_second_run_and_changes_nothing",),
+    ),
 }
 
 
