@@ -312,6 +312,12 @@ MUTANTS = {
         (("            self._lock = self._acquire()\n", "            pass\n"),),
         ("tests/test_run_lock.py::test_a_busy_folder_refuses_a_second_run_and_changes_nothing",),
     ),
+    "private-path-published": Mutant(
+        "the manifest names the private file by its path (a path names people and places)",
+        "wasp_vllm/pipeline/manifest.py",
+        (("    source = published_source(ctx.cfg.private)\n", "    source = ctx.cfg.private\n"),),
+        ("tests/test_private_source.py::test_no_path_of_the_private_file_is_published",),
+    ),
 }
 
 
