@@ -318,6 +318,16 @@ MUTANTS = {
         (("    source = published_source(ctx.cfg.private)\n", "    source = ctx.cfg.private\n"),),
         ("tests/test_private_source.py::test_no_path_of_the_private_file_is_published",),
     ),
+    "public-reference-checked-against-private-only": Mutant(
+        "evaluate publishes the label agreement of a reference that is the run's own private file "
+        "(checked only against --private)",
+        "wasp_vllm/evaluation/runner.py",
+        (
+            ("    run_source = _run_private_source(synthetic)\n", "    run_source = None\n"),
+            ("    if run_source is None and private is None:\n", "    if False:\n"),
+        ),
+        ("tests/test_reference_public.py::test_the_runs_own_private_file_cannot_be_declared_public",),
+    ),
 }
 
 
