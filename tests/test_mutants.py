@@ -328,6 +328,13 @@ MUTANTS = {
         ),
         ("tests/test_reference_public.py::test_the_runs_own_private_file_cannot_be_declared_public",),
     ),
+    "hot-pate-auto-vllm-without-batch-invariance": Mutant(
+        "Hot PATE's --engine auto picks vLLM on a GPU without VLLM_BATCH_INVARIANT=1 (a teacher's "
+        "numbers move with other teachers' private prompts)",
+        "wasp_vllm/hotpate/generate.py",
+        (("            if not vllm_batch_invariant():\n", "            if False:\n"),),
+        ("tests/test_hotpate_engine.py",),
+    ),
 }
 
 
