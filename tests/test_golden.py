@@ -95,7 +95,7 @@ def _comparable_manifest(manifest: dict) -> dict:
     for name, before in ADDED_PLAN_FIELDS.items():
         assert manifest["privacy"]["plan"].pop(name) == before, name
     # Issue 57: the private file is named by the owner's keyed fingerprint (this session's key).
-    named = published_source(BASE["private"])
+    named = published_source(str(BASE["private"]))
     assert manifest["config"]["private"] == manifest["private_data"]["source"] == named
     manifest["config"]["private"] = manifest["private_data"]["source"] = BASE["private"]
     return manifest

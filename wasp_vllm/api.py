@@ -172,6 +172,7 @@ def generate(
     overwrite: bool = False,
     progress: Any = None,
     backends: Any = None,
+    record_throughput: bool = True,
     **settings: Any,
 ) -> RunResult:
     """Generate a DP synthetic labelled data set; ``settings`` are :class:`RunConfig` fields.
@@ -179,7 +180,8 @@ def generate(
     Returns a :class:`RunResult` (:func:`plan` gives the run's plan without running it: no
     private data read, no model loaded).  ``progress`` is a rich
     ``Progress`` to report to (None: silent); ``backends`` replaces the real engines and embedder
-    (:func:`wasp_vllm.pipeline.default_backends`).
+    (:func:`wasp_vllm.pipeline.default_backends`).  ``record_throughput=False`` keeps this run's
+    speed out of the cache later plans read (an audit's run; a ``--noise-seed`` run never records).
     """
     from wasp_vllm.pipeline import Run, default_backends, prepare, throughput
     from wasp_vllm.pipeline.estimate import plan_run
@@ -201,7 +203,8 @@ def generate(
               estimate=estimate)  # fmt: skip
     manifest = run.execute(resume=resume, overwrite=overwrite)
     assert manifest.estimate is not None  # the run was given its estimate above
-    throughput.record(manifest.estimate["measured"]["plms"], str(estimate.summary["device"]))
+    if record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
+        throughput.record(manifest, str(estimate.summary["device"]))
     return RunResult(Path(out), manifest)
 
 
