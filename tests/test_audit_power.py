@@ -3,7 +3,7 @@
 Before it runs, ``wasp-vllm audit`` works out the best lower bound its design allows (a perfect
 attack: every canary the coins put in guessed "in", all right) and refuses, exit 2, when that cannot
 exceed the claimed epsilon; ``--allow-weak`` runs it with a loud warning.  Its default canary count
-is the fewest that can refute the claim (353 at epsilon 4), and every canary the coins put in votes,
+is the fewest that can refute the claim (373 at epsilon 4), and every canary the coins put in votes,
 whatever ``--m``: at the old defaults (64 canaries, epsilon 4, ``--m 100``) the best bound any leak
 could give was 2.32, and 0.43 on the built-in data, where the draw kept about 6 canaries.
 """
@@ -11,12 +11,14 @@ could give was 2.32, and 0.43 on the built-in data, where the draw kept about 6 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+import wasp_vllm.ops.audit as audit_module
 import wasp_vllm.pipeline as pipeline
 from tests.fakes import HashEmbedderForTests, use_fake_backends
 from tests.privacy_checks import private_texts
@@ -32,10 +34,10 @@ DELTA = 1e-5
 
 
 def test_the_default_canary_count_can_refute_the_claim():
-    assert CanaryDesign().count(4.0, DELTA) == canaries_to_refute(4.0, DELTA) == 353
-    assert best_possible_bound(353, DELTA) > 4.0 > best_possible_bound(352 // 2 * 2 - 40, DELTA)
+    assert CanaryDesign().count(4.0, DELTA) == canaries_to_refute(4.0, DELTA) == 373
+    assert best_possible_bound(373, DELTA) > 4.0 > best_possible_bound(300, DELTA)
     assert best_possible_bound(64, DELTA) == pytest.approx(2.32, abs=0.01)  # the old default: weak
-    for epsilon in (0.5, 1.0, 2.0):  # the fewest that can: one fewer cannot, with the coins' margin
+    for epsilon in (0.5, 1.0, 2.0):  # more canaries for a larger claim
         need = canaries_to_refute(epsilon, DELTA)
         assert need is not None and best_possible_bound(need, DELTA) > epsilon
         assert need < canaries_to_refute(epsilon * 2, DELTA)
@@ -60,7 +62,7 @@ def test_a_weak_audit_is_refused_before_anything_runs(tmp_path, monkeypatch):
     weak = CliRunner().invoke(app, _cli_args(tmp_path, "--canaries", "64", "--epsilon", "4"))
     assert weak.exit_code == 2, weak.output
     (line,) = [x for x in weak.output.splitlines() if x.startswith("error:")]
-    assert "cannot refute epsilon=4" in line and "2.32" in line and "--canaries 353" in line
+    assert "cannot refute epsilon=4" in line and "2.32" in line and "--canaries 373" in line
     assert "--allow-weak" in line and not (tmp_path / "a").exists()  # nothing ran, nothing written
     args = _cli_args(tmp_path, "--canaries", "16", "--epsilon", "4", "--allow-weak")
     allowed = CliRunner().invoke(app, args)
@@ -102,7 +104,10 @@ def test_every_canary_votes_whatever_m(tmp_path, monkeypatch):
     assert manifest["privacy"]["plan"]["neighbour"] == "replace"  # drawn, as the user's run: same sigma
 
 
-def _fake_audit_at_the_defaults(out: Path, n: int):
+def _fake_audit_at_the_defaults(out: Path, n: int, monkeypatch):
+    # Public coins, so that the slow test is the same every time (a real audit's are secret): this
+    # seed puts in 206 of the 373 canaries (186.5 expected).
+    monkeypatch.setattr(audit_module.secrets, "SystemRandom", lambda: random.Random(1))
     backends = Backends(lambda name, cfg: EchoEngineForUnitTests(name), HashEmbedderForTests())
     return audit(_records(12), out=out, text_col="review", label_col="rating", noise_seed=1,
                  backends=backends, plms=["a"], n=n, rounds=2, q=2, s=2, label_check="off",
@@ -110,17 +115,17 @@ def _fake_audit_at_the_defaults(out: Path, n: int):
 
 
 @pytest.mark.slow
-def test_at_the_default_epsilon_a_planted_leak_is_caught_and_none_is_found_without(tmp_path, planted_leak):  # noqa: F811
-    """Epsilon 4 with its default 353 canaries, on an engine double that copies its first in-context
+def test_at_the_default_epsilon_a_planted_leak_is_caught(tmp_path, monkeypatch, planted_leak):  # noqa: F811
+    """Epsilon 4 with its default 373 canaries, on an engine double that copies its first in-context
     example: the planted leak (two private records in every prompt) refutes the claim."""
-    leak = _fake_audit_at_the_defaults(tmp_path / "leak", n=4000)
+    leak = _fake_audit_at_the_defaults(tmp_path / "leak", 4000, monkeypatch)
     print(f"planted leak: {leak.statement()}")
-    assert leak.canaries == 353 and leak.epsilon_best_possible > 4.0
+    assert leak.canaries == 373 and leak.epsilon_best_possible > 4.0
     assert leak.refutes_claim, leak.statement()
 
 
 @pytest.mark.slow
-def test_at_the_default_epsilon_no_leak_stays_below_the_claim(tmp_path):
-    honest = _fake_audit_at_the_defaults(tmp_path / "honest", n=4000)
+def test_at_the_default_epsilon_no_leak_stays_below_the_claim(tmp_path, monkeypatch):
+    honest = _fake_audit_at_the_defaults(tmp_path / "honest", 4000, monkeypatch)
     print(f"no leak: {honest.statement()}")
-    assert honest.canaries == 353 and not honest.refutes_claim
+    assert honest.canaries == 373 and not honest.refutes_claim

@@ -38,7 +38,7 @@ def audit(
         int | None,
         typer.Option(
             help="Canary records, each put in the data by a secret fair coin (default: the fewest "
-            "that can refute the claimed epsilon, e.g. 353 at epsilon 4).",
+            "that can refute the claimed epsilon, e.g. 373 at epsilon 4).",
             show_default=False,
         ),
     ] = DESIGN.canaries,

@@ -19,7 +19,7 @@ Before it runs, the audit works out the most its design can show (:func:`~wasp_v
 best_possible_bound`: a perfect attack, every guess right) and refuses to run when that cannot exceed
 the claimed epsilon (``allow_weak`` runs it anyway, with a loud warning): such an audit would report
 "no leak found" whatever the run leaks.  The canary count defaults to the fewest that can refute the
-claim (:func:`~wasp_vllm.privacy.audit.canaries_to_refute`: 353 at epsilon 4), and every canary the
+claim (:func:`~wasp_vllm.privacy.audit.canaries_to_refute`: 373 at epsilon 4), and every canary the
 coins put in votes: the user's records are drawn to M first and the run's M makes room for the
 canaries, so the ``--m`` draw never subsamples one away (sigma depends on whether records are drawn,
 not on M).
