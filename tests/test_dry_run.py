@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import wasp_vllm
 from tests.fakes import use_fake_backends
+from tests.test_reliability import write_private
 from wasp_vllm.cli import app
 from wasp_vllm.config import RunConfig
 from wasp_vllm.pipeline import privacy_plan, throughput
@@ -136,3 +137,17 @@ def test_a_run_records_the_estimate_beside_what_happened(tmp_path, monkeypatch):
     assert measured["a"]["tokens"] == result.manifest.tokens["a"]
     assert "public_work_s" in estimate["measured"]
     assert not throughput.records_path().exists()  # a test double's speed is never kept as a measurement
+
+
+def test_the_dry_run_on_a_real_private_file_does_not_depend_on_its_size(tmp_path, monkeypatch):
+    """The same path holding 12 records, then 300: the plan printed and returned is the same."""
+    monkeypatch.chdir(tmp_path)
+    outputs, plans = [], []
+    for n in (12, 300):
+        write_private(tmp_path / "private.csv", n=n)
+        argv = ["generate", *DEMO, "--private", "private.csv", "--m", "50", "--out", "out", "--dry-run"]
+        result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        outputs.append(result.output)
+        plans.append(json.dumps(wasp_vllm.plan("private.csv", plms=["smollm2", "gemma3"], n=300).to_dict()))
+    assert outputs[0] == outputs[1] and plans[0] == plans[1]
