@@ -128,7 +128,7 @@ class CanaryAudit:
             f"claimed epsilon {self.epsilon_claimed:.3g} (delta {self.delta:.3g}); audited lower bound "
             f"{self.epsilon_lower_bound:.3g} at {self.confidence:.0%} confidence "
             f"({self.correct} of {self.guesses} membership guesses right, {self.canaries} canaries; "
-            f"the most this design could prove: {self.epsilon_best_possible:.3g})."
+            f"a perfect attack, with half of them in as expected, proves {self.epsilon_best_possible:.3g})."
         )
         if self.refutes_claim:
             return head + " The run leaks more than it claims: its guarantee is false. Do not publish it."
