@@ -1,7 +1,7 @@
 """Every setting is spelled once: a command's options are its settings model's fields (``generate``:
 RunConfig; ``audit``: the RunConfig fields an audit needs; ``privacy``: the RunConfig fields that
-decide sigma; ``evaluate``: EvalSettings; ``hotpate``: HotPateOptions; ``report``: ReportSettings; ``publish``:
-PublishSettings), with the model's help and default."""
+decide sigma; ``evaluate``: EvalSettings; ``hotpate``: HotPateOptions; ``report``: ReportSettings;
+``publish``: PublishSettings), with the model's help and default."""
 
 from __future__ import annotations
 
