@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HOLDER = """
 import sys
 from wasp_vllm.pipeline.store import RunStore
-RunStore(sys.argv[1]).prepare(resume=True, overwrite=False)
+store = RunStore(sys.argv[1])  # held while the store lives
+store.prepare(resume=True, overwrite=False)
 print("locked", flush=True)
 sys.stdin.readline()
 """
@@ -93,3 +94,11 @@ def test_the_lock_file_is_not_published(tmp_path, monkeypatch):
     shared = CliRunner().invoke(app, ["publish", str(out), str(tmp_path / "shared"), "--allow-void-epsilon"])
     assert shared.exit_code == 0, shared.output
     assert not (tmp_path / "shared" / LOCK_FILE).exists()
+
+
+def test_a_store_that_is_dropped_lets_the_folder_go(tmp_path):
+    """Hot PATE's command prepares a store and never unlocks it: dropping it frees the folder."""
+    store = RunStore(tmp_path / "run")
+    store.prepare(resume=False, overwrite=False)
+    del store
+    RunStore(tmp_path / "run").prepare(resume=True, overwrite=False)

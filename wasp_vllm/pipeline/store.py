@@ -197,6 +197,9 @@ class RunStore:
         if not readme.exists():
             _atomic_write(readme, lambda tmp: tmp.write_text(OPERATOR_README))
 
+    def __del__(self) -> None:  # a caller that never unlocks (Hot PATE's one-shot run) frees it here
+        self.unlock()
+
     def unlock(self) -> None:
         """Let another run use the folder (the process ending does the same)."""
         if self._lock is not None:
