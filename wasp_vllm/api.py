@@ -173,11 +173,8 @@ def generate(
     overwrite: bool = False,
     progress: Any = None,
     backends: Any = None,
-<<<<<<< HEAD
-    policy: RoundPolicy | None = None,
-=======
     record_throughput: bool = True,
->>>>>>> i57
+    policy: RoundPolicy | None = None,
     **settings: Any,
 ) -> RunResult:
     """Generate a DP synthetic labelled data set; ``settings`` are :class:`RunConfig` fields.
@@ -185,13 +182,10 @@ def generate(
     Returns a :class:`RunResult` (:func:`plan` gives the run's plan without running it: no
     private data read, no model loaded).  ``progress`` is a rich
     ``Progress`` to report to (None: silent); ``backends`` replaces the real engines and embedder
-<<<<<<< HEAD
-    (:func:`wasp_vllm.pipeline.default_backends`); ``policy`` replaces the paper's round policy (the
-    benchmark harness's experiments, :mod:`wasp_vllm.pipeline.policy`; not a setting of the product).
-=======
     (:func:`wasp_vllm.pipeline.default_backends`).  ``record_throughput=False`` keeps this run's
     speed out of the cache later plans read (an audit's run; a ``--noise-seed`` run never records).
->>>>>>> i57
+    ``policy`` replaces the paper's round policy (the benchmark harness's experiments,
+    :mod:`wasp_vllm.pipeline.policy`; not a setting of the product).
     """
     from wasp_vllm.pipeline import Run, default_backends, prepare, throughput
     from wasp_vllm.pipeline.estimate import plan_run

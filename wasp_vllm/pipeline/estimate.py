@@ -219,17 +219,8 @@ def _needs_dequantizing(spec: str) -> bool:
 def _engine_estimate(spec: str, cfg: RunConfig, device: str, samples: int, cap: int) -> EngineEstimate:
     engine = engine_for(spec, cfg)
     speed = throughput.lookup(spec, engine, device)
-<<<<<<< HEAD
-    regen = (
-        speed.generated_per_kept
-        or throughput.REGENERATION["label_check" if cfg.label_check == "drop" else "none"]
-    )
-=======
     # Per-sample facts are public figures, never an earlier run's (they follow its noisy votes).
-    regen = throughput.REGENERATION[
-        "label_check" if cfg.label_check == "drop" else "quality_gate" if cfg.quality_gate else "none"
-    ]
->>>>>>> i57
+    regen = throughput.REGENERATION["label_check" if cfg.label_check == "drop" else "none"]
     generated = int(round(samples * regen))
     tokens = generated * cap  # the token cap: the worst case
     return EngineEstimate(spec, engine, device, resolves_here(spec), samples, generated, tokens,
