@@ -156,8 +156,8 @@ def _records(n: int = 12) -> pd.DataFrame:
 
 def _fake_audit(out: Path):
     backends = Backends(lambda name, cfg: EchoEngineForUnitTests(name), HashEmbedderForTests())
-    return audit(_records(), out=out, text_col="review", label_col="rating", noise_seed=1,
-                 backends=backends, **SETTINGS)  # fmt: skip
+    return audit(_records(), out=out, design=CanaryDesign(64), text_col="review", label_col="rating",
+                 noise_seed=1, backends=backends, **SETTINGS)  # fmt: skip
 
 
 def test_the_audit_stays_below_the_claim_without_a_leak(tmp_path):
@@ -183,7 +183,7 @@ def test_the_cli_prints_claim_and_bound(tmp_path, monkeypatch):
     _records(30).to_csv(data, index=False)
     args = ["audit", "--private", str(data), "--text-col", "review", "--label-col", "rating", "--out",
             str(tmp_path / "a"), "--canaries", "16", "--plms", "a", "--n", "48", "--rounds", "2", "--q", "2",
-            "--s", "2", "--m", "40"]  # fmt: skip
+            "--s", "2", "--m", "40", "--epsilon", "0.5"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "claimed epsilon" in result.output and "lower bound" in result.output
@@ -204,7 +204,8 @@ def _real_audit(out: Path):
     # words gave 11/11, 8/9 and (CI) 10/13 under the leak, four-syllable 9/9, 9/9, 7/7; at 384 samples
     # 11/11 and 18/18, 0 guesses without the leak.  Epsilon 0.1: 5 of 5 right already refute 0.19.
     settings = {**SETTINGS, "plms": ["smollm2"], "max_new_tokens": 40, "n": 384, "epsilon": 0.1}
-    return audit(_records(), out=out, text_col="review", label_col="rating", **settings)
+    design = CanaryDesign(64)
+    return audit(_records(), out=out, design=design, text_col="review", label_col="rating", **settings)
 
 
 @pytest.mark.slow

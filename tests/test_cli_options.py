@@ -1,7 +1,7 @@
-"""Every setting is spelled once: a command's options are its settings model's fields (``generate``
-and ``audit``: RunConfig; ``privacy``: the RunConfig fields that decide sigma; ``evaluate``:
-EvalSettings; ``hotpate``: HotPateOptions; ``report``: ReportSettings; ``publish``:
-PublishSettings), with the model's help and default."""
+"""Every setting is spelled once: a command's options are its settings model's fields (``generate``:
+RunConfig; ``audit``: the RunConfig fields an audit needs; ``privacy``: the RunConfig fields that
+decide sigma; ``evaluate``: EvalSettings; ``hotpate``: HotPateOptions; ``report``: ReportSettings;
+``publish``: PublishSettings), with the model's help and default."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typer.core import TyperArgument, TyperGroup, TyperOption
 from typer.testing import CliRunner
 
 from wasp_vllm.cli import app
+from wasp_vllm.cli.audit import AUDIT_SETTINGS
 from wasp_vllm.cli.commands import PRIVACY_SETTINGS
 from wasp_vllm.config import RunConfig
 from wasp_vllm.evaluation.settings import EvalSettings
@@ -25,7 +26,7 @@ from wasp_vllm.report.settings import ReportSettings
 #: The options a command has beside its settings' (where it writes, how it treats what is there).
 OWN_OPTIONS = {
     "generate": {"config", "out", "resume", "overwrite", "dry_run", "verbose"},
-    "audit": {"config", "out", "canaries", "out_guesses", "confidence", "overwrite"},
+    "audit": {"config", "out", "canaries", "out_guesses", "confidence", "overwrite", "allow_weak"},
     "privacy": set(),
     "evaluate": {"synthetic", "out"},
     "hotpate": {"out", "overwrite"},
@@ -45,7 +46,7 @@ def _options(command: str = "generate") -> dict[str, TyperOption | TyperArgument
     ("command", "model", "fields"),
     [
         ("generate", RunConfig, None),
-        ("audit", RunConfig, None),
+        ("audit", RunConfig, AUDIT_SETTINGS),  # what an audit needs; the rest from --config
         ("privacy", RunConfig, PRIVACY_SETTINGS),
         ("evaluate", EvalSettings, None),
         ("hotpate", HotPateOptions, None),

@@ -13,10 +13,12 @@ from typer.testing import CliRunner
 
 import wasp_vllm
 from tests.fakes import use_fake_backends
+from tests.test_reliability import write_private
 from wasp_vllm.cli import app
 from wasp_vllm.config import RunConfig
 from wasp_vllm.pipeline import privacy_plan, throughput
 from wasp_vllm.pipeline.estimate import plan_run
+from wasp_vllm.pipeline.store import write_json
 
 DEMO = ["--plms", "smollm2,gemma3", "--task", "drugs", "--n", "300", "--rounds", "5", "--epsilon", "4",
         "--q", "8", "--s", "8", "--max-new-tokens", "64"]  # fmt: skip
@@ -96,13 +98,13 @@ def test_the_plan_uses_the_last_run_here_and_says_so():
     cfg = RunConfig(plms=["smollm2", "gemma3"], max_new_tokens=64)
     before = plan_run(cfg).engines[0]
     assert before.source.startswith(throughput.BUILT_IN) and before.tokens_per_s == 160.0
-    measured = {"smollm2": {"engine": before.engine, "tokens": 9000, "generation_s": 30.0, "startup_s": 20.0,
-                            "generated": 200, "kept": 150}}  # fmt: skip
-    throughput.record(measured, "cpu")
+    stored = {"tokens_per_s": 300.0, "startup_s": 20.0, "when": "2026-01-01"}
+    write_json(throughput.records_path(), {throughput.key("smollm2", before.engine, "cpu"): stored})
     after = plan_run(cfg).engines[0]
     assert after.source.startswith(throughput.LAST_RUN) and after.tokens_per_s == 300.0
-    assert after.generated == 200 and after.tokens == 200 * 45  # its own reject rate and sample length
     assert after.startup_s == 20.0
+    # per-sample facts stay public figures: the token cap and the built-in reject rate
+    assert after.generated == before.generated and after.tokens == after.generated * 64
     assert plan_run(cfg).engines[1].source.startswith(throughput.BUILT_IN)  # gemma3 not measured yet
 
 
@@ -139,3 +141,17 @@ def test_a_run_records_the_estimate_beside_what_happened(tmp_path, monkeypatch):
     assert measured["a"]["tokens"] == result.manifest.tokens["a"]
     assert "public_work_s" in estimate["measured"]
     assert not throughput.records_path().exists()  # a test double's speed is never kept as a measurement
+
+
+def test_the_dry_run_on_a_real_private_file_does_not_depend_on_its_size(tmp_path, monkeypatch):
+    """The same path holding 12 records, then 300: the plan printed and returned is the same."""
+    monkeypatch.chdir(tmp_path)
+    outputs, plans = [], []
+    for n in (12, 300):
+        write_private(tmp_path / "private.csv", n=n)
+        argv = ["generate", *DEMO, "--private", "private.csv", "--m", "50", "--out", "out", "--dry-run"]
+        result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        outputs.append(result.output)
+        plans.append(json.dumps(wasp_vllm.plan("private.csv", plms=["smollm2", "gemma3"], n=300).to_dict()))
+    assert outputs[0] == outputs[1] and plans[0] == plans[1]

@@ -32,7 +32,7 @@ from tests.privacy_checks import private_texts
 from wasp_vllm.config import RunConfig
 from wasp_vllm.config.run import REMOVED
 from wasp_vllm.pipeline import Run, prepare
-from wasp_vllm.pipeline.manifest import Manifest
+from wasp_vllm.pipeline.manifest import Manifest, published_source
 
 GOLDEN = Path(__file__).parent / "golden"
 LABELS = ["positive", "neutral", "negative"]
@@ -91,6 +91,10 @@ def _comparable_manifest(manifest: dict) -> dict:
         assert manifest["config"].pop(name) == off, name
     for name, before in ADDED_PLAN_FIELDS.items():
         assert manifest["privacy"]["plan"].pop(name) == before, name
+    # Issue 57: the private file is named by the owner's keyed fingerprint (this session's key).
+    named = published_source(str(BASE["private"]))
+    assert manifest["config"]["private"] == manifest["private_data"]["source"] == named
+    manifest["config"]["private"] = manifest["private_data"]["source"] = BASE["private"]
     return manifest
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -184,11 +185,14 @@ def test_label_agreement_with_a_reference_set(tmp_path):
     agreement = report["operator_only"]["label_agreement"]
     assert 0.0 <= agreement["overall"] <= 1.0 and agreement["n"] == 90
     assert set(agreement["per_label"]) == set(LABELS) and agreement["reference_public"] is False
-    declared = scored.model_copy(update={"reference_public": True})
+    with pytest.raises(ValueError, match="private data of the run"):  # the run's own private file
+        evaluate_synthetic(synthetic, scored.model_copy(update={"reference_public": True}))
+    shutil.copy(private, tmp_path / "public.csv")  # the same records under another name: the user's word
+    declared = scored.model_copy(update={"reference_public": True, "reference": str(tmp_path / "public.csv")})
     public = evaluate_synthetic(synthetic, declared, embedder=HashEmbedderForTests()).to_json()
     assert public["label_agreement"]["overall"] == agreement["overall"] and "operator_only" not in public
     with pytest.raises(ValueError, match="overlaps the private set"):  # declared public, yet private
-        with_private = declared.model_copy(update={"private": private})
+        with_private = declared.model_copy(update={"private": str(tmp_path / "public.csv")})
         evaluate_synthetic(synthetic, with_private, embedder=HashEmbedderForTests())
 
 

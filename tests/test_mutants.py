@@ -284,6 +284,103 @@ MUTANTS = {
         ),
         ("tests/test_evaluate.py::test_evaluate_synthetic_end_to_end",),
     ),
+    "run-folder-not-locked": Mutant(
+        "a second run writes a folder another process is writing (rows mixed, rounds voted twice)",
+        "wasp_vllm/pipeline/store.py",
+        (("            self._lock = self._acquire()\n", "            pass\n"),),
+        ("tests/test_run_lock.py::test_a_busy_folder_refuses_a_second_run_and_changes_nothing",),
+    ),
+    "private-path-published": Mutant(
+        "the manifest names the private file by its path (a path names people and places)",
+        "wasp_vllm/pipeline/manifest.py",
+        (("    source = published_source(ctx.cfg.private)\n", "    source = ctx.cfg.private\n"),),
+        ("tests/test_private_source.py::test_no_path_of_the_private_file_is_published",),
+    ),
+    "public-reference-checked-against-private-only": Mutant(
+        "evaluate publishes the label agreement of a reference that is the run's own private file "
+        "(checked only against --private)",
+        "wasp_vllm/evaluation/runner.py",
+        (
+            ("    run_source = _run_private_source(synthetic)\n", "    run_source = None\n"),
+            ("    if run_source is None and private is None:\n", "    if False:\n"),
+        ),
+        ("tests/test_reference_public.py::test_the_runs_own_private_file_cannot_be_declared_public",),
+    ),
+    "hot-pate-auto-vllm-without-batch-invariance": Mutant(
+        "Hot PATE's --engine auto picks vLLM on a GPU without VLLM_BATCH_INVARIANT=1 (a teacher's "
+        "numbers move with other teachers' private prompts)",
+        "wasp_vllm/hotpate/generate.py",
+        (("            if not vllm_batch_invariant():\n", "            if False:\n"),),
+        ("tests/test_hotpate_engine.py",),
+    ),
+    "reject-rate-cached": Mutant(
+        "an earlier run's samples generated per kept sample (a function of its noisy votes) is cached "
+        "and published in a later run's plan",
+        "wasp_vllm/pipeline/throughput.py",
+        (
+            (
+                '            "startup_s": round(float(m.get("startup_s") or 0.0), 1),\n',
+                '            "startup_s": round(float(m.get("startup_s") or 0.0), 1),\n'
+                '            "generated_per_kept": round(m["generated"] / max(1, m["kept"]), 3),\n',
+            ),
+            (
+                "wasp_vllm/pipeline/estimate.py",
+                "    regen = throughput.REGENERATION[",
+                "    regen = throughput.load_records().get(throughput.key(spec, engine, device), {}).get("
+                '"generated_per_kept") or throughput.REGENERATION[',
+            ),
+        ),
+        (
+            "tests/test_throughput_cache.py::test_an_earlier_run_on_neighbouring_files_leaves_the_same_later_bytes",
+        ),
+    ),
+    "void-epsilon-run-throughput-recorded": Mutant(
+        "a --noise-seed (void epsilon) or audit run leaves its measurements for later plans",
+        "wasp_vllm/api.py",
+        (("    if record_throughput and cfg.noise_seed is None:", "    if True:"),),
+        ("tests/test_throughput_cache.py::test_void_epsilon_and_audit_runs_record_nothing",),
+    ),
+    "weak-audit-runs": Mutant(
+        "an audit whose best possible bound cannot exceed the claim runs and reports no leak",
+        "wasp_vllm/ops/audit.py",
+        (("    if best <= epsilon:\n", "    if False:\n"),),
+        ("tests/test_audit_power.py::test_a_weak_audit_is_refused_before_anything_runs",),
+    ),
+    "audit-canaries-drawn-away-by-m": Mutant(
+        "the --m draw subsamples the audit's canaries away",
+        "wasp_vllm/ops/audit.py",
+        (
+            (
+                '        own["private_limit"] = cfg.private_limit + canaries',
+                '        own["private_limit"] = cfg.private_limit',
+            ),
+        ),
+        ("tests/test_audit_power.py::test_every_canary_votes_whatever_m",),
+    ),
+    "audit-default-64-canaries": Mutant(
+        "the audit's default canary count is fixed at 64 (its best bound 2.32 cannot refute epsilon 4)",
+        "wasp_vllm/ops/audit.py",
+        (("    canaries: int | None = None\n", "    canaries: int | None = 64\n"),),
+        ("tests/test_audit_power.py::test_the_default_canary_count_can_refute_the_claim",),
+    ),
+    "private-embedding-timed-as-startup": Mutant(
+        "the private embedding's time booked as the embedder's public start-up",
+        "wasp_vllm/pipeline/loop.py",
+        (('self._timed("private:embedding", encode_each', 'self._timed("startup:embedder", encode_each'),),
+        ("tests/test_private_timing.py",),
+    ),
+    "dry-run-prints-private-row-count": Mutant(
+        "the dry run prints the private file's row count",
+        "wasp_vllm/pipeline/estimate.py",
+        (
+            (
+                "        f\"--private; the records that vote: {where['selection']}\"",
+                '        f"--private ({sum(1 for _ in open(cfg.private)) - 1} records); the records that vote: "\n'
+                "        f\"{where['selection']}\"",
+            ),
+        ),
+        ("tests/test_dry_run.py::test_the_dry_run_on_a_real_private_file_does_not_depend_on_its_size",),
+    ),
 }
 
 

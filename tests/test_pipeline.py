@@ -19,7 +19,7 @@ from wasp_vllm.cli.app import _print_summary, console
 from wasp_vllm.config import ConfigError, RunConfig
 from wasp_vllm.engines.base import Completion, GenerationParams
 from wasp_vllm.pipeline import PipelineError, Run, prepare
-from wasp_vllm.pipeline.manifest import Manifest
+from wasp_vllm.pipeline.manifest import Manifest, published_source
 from wasp_vllm.pipeline.store import CheckpointError
 from wasp_vllm.strategies import AUTO_LATER_PROMPT
 
@@ -83,8 +83,9 @@ def test_run_writes_parquet_and_manifest(tmp_path, private_csv, embedder):
     assert {r["round"] for r in manifest["rounds"]} == {0, 1, 2}
     assert all(sum(r["quotas"].values()) == 12 for r in manifest["rounds"])
     assert abs(sum(manifest["plms"]["final_weights"]) - 1) < 1e-9
-    # published: the requested M and the source, never a count or a hash of the records
-    assert manifest["private_data"] == {"requested_m": None, "source": str(private_csv)}
+    # published: the requested M and the source (the owner's keyed name of the file, not its path),
+    # never a count or a hash of the records
+    assert manifest["private_data"] == {"requested_m": None, "source": published_source(str(private_csv))}
 
 
 def test_sampling_settings_reach_the_engine(tmp_path, private_csv, embedder):

@@ -191,6 +191,7 @@ def generate(
     overwrite: bool = False,
     progress: Any = None,
     backends: Any = None,
+    record_throughput: bool = True,
     policy: RoundPolicy | None = None,
     **settings: Any,
 ) -> RunResult:
@@ -199,8 +200,10 @@ def generate(
     Returns a :class:`RunResult` (:func:`plan` gives the run's plan without running it: no
     private data read, no model loaded).  ``progress`` is a rich
     ``Progress`` to report to (None: silent); ``backends`` replaces the real engines and embedder
-    (:func:`wasp_vllm.pipeline.default_backends`); ``policy`` replaces the paper's round policy (the
-    benchmark harness's experiments, :mod:`wasp_vllm.pipeline.policy`; not a setting of the product).
+    (:func:`wasp_vllm.pipeline.default_backends`).  ``record_throughput=False`` keeps this run's
+    speed out of the cache later plans read (an audit's run; a ``--noise-seed`` run never records).
+    ``policy`` replaces the paper's round policy (the benchmark harness's experiments,
+    :mod:`wasp_vllm.pipeline.policy`; not a setting of the product).
     """
     from wasp_vllm.pipeline import Run, default_backends, prepare, throughput
     from wasp_vllm.pipeline.estimate import plan_run
@@ -224,7 +227,8 @@ def generate(
               estimate=estimate, policy=policy or DEFAULT_POLICY)  # fmt: skip
     manifest = run.execute(resume=resume, overwrite=overwrite)
     assert manifest.estimate is not None  # the run was given its estimate above
-    throughput.record(manifest.estimate["measured"]["plms"], str(estimate.summary["device"]))
+    if record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
+        throughput.record(manifest, str(estimate.summary["device"]))
     return RunResult(Path(out), manifest)
 
 

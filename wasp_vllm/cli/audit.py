@@ -8,14 +8,24 @@ from typing import Annotated, Any
 import typer
 
 from wasp_vllm.cli.app import app, chatter_to_file, console, friendly_errors, setup_logging
-from wasp_vllm.cli.options import config_command
+from wasp_vllm.cli.options import settings_command
+from wasp_vllm.config import RunConfig
 from wasp_vllm.ops.audit import CanaryDesign
 
 DESIGN = CanaryDesign()  # the audit's defaults, written once (in CanaryDesign)
+#: The settings an audit is asked about on the command line: the run it makes (what, the private
+#: data, the guarantee under audit, where it runs).  Every other setting of ``generate`` comes from
+#: --config, so a run file audits exactly the run it describes.
+AUDIT_SETTINGS = (
+    "plms", "task", "n", "rounds", "strategy", "q", "s",
+    "private", "private_limit", "text_col", "label_col", "attribute_col", "user_col",
+    "epsilon", "delta", "accountant", "neighbour", "privacy_unit", "max_records_per_user",
+    "engine", "embedder", "max_new_tokens", "seed",
+)  # fmt: skip
 
 
 @app.command()
-@config_command
+@settings_command(RunConfig, AUDIT_SETTINGS)
 def audit(
     settings: dict[str, Any],
     config: Annotated[
@@ -25,7 +35,12 @@ def audit(
         Path, typer.Option(help="Folder of the audit's run (its coins and result stay in private/).")
     ] = Path("runs/audit"),
     canaries: Annotated[
-        int, typer.Option(help="Canary records, each put in the data by a secret fair coin (64+ for power).")
+        int | None,
+        typer.Option(
+            help="Canary records, each put in the data by a secret fair coin (default: the fewest "
+            "that can refute the claimed epsilon, e.g. 373 at epsilon 4).",
+            show_default=False,
+        ),
     ] = DESIGN.canaries,
     out_guesses: Annotated[
         int,
@@ -33,11 +48,16 @@ def audit(
     ] = DESIGN.out_guesses,
     confidence: Annotated[float, typer.Option(help="Confidence of the lower bound.")] = DESIGN.confidence,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run already in --out.")] = False,
+    allow_weak: Annotated[
+        bool, typer.Option("--allow-weak", help="Run an audit that cannot refute the claim (warns loudly).")
+    ] = False,
 ) -> None:
     """Audit these settings: canaries in the private data, one real run, a membership attack on
     the published text only, and a lower bound on the epsilon the run really has, beside the one it
-    claims. A bound above the claim proves a leak; a bound below it does not prove the claim. The
-    audit's run spends privacy on the canaries: publish a separate run."""
+    claims. A bound above the claim proves a leak; a bound below it does not prove the claim. An
+    audit that could not refute the claim even with a perfect attack is refused (--allow-weak). The
+    audit's run spends privacy on the canaries: publish a separate run. Settings not shown here
+    come from --config."""
     setup_logging(False)
     with friendly_errors():
         from wasp_vllm.ops.audit import audit as run_audit
@@ -45,7 +65,7 @@ def audit(
         with chatter_to_file(False, out):
             result = run_audit(
                 out=out, design=CanaryDesign(canaries, out_guesses, confidence), config=config,
-                overwrite=overwrite, **settings,
+                overwrite=overwrite, allow_weak=allow_weak, **settings,
             )  # fmt: skip
         console.print(result.statement(), markup=False)
         if result.refutes_claim:

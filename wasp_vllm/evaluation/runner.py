@@ -7,6 +7,7 @@ used for training, but never logged or returned: results hold counts and scores 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -183,6 +184,8 @@ def evaluate_synthetic(
     from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
 
+    if settings.reference is not None and settings.reference_public:  # before any work: the user's mistake
+        _check_declared_public(settings.reference, settings.private, Path(synthetic_path))
     task = get_task(settings.task)
     synth = read_synthetic(synthetic_path, task)
     if not synth.texts:
@@ -221,8 +224,6 @@ def _against_real_records(
 
     columns = settings.columns()
     reference, public = settings.reference, settings.reference_public
-    if reference is not None:  # before any work: a contradiction is the user's mistake
-        _check_declared_public(reference, public, settings.private)
     fid_figures: dict[str, Any] = {}
     if settings.private is not None:
         records = load_private(
@@ -245,13 +246,46 @@ def _against_real_records(
     return None, OperatorFigures(**fid_figures, label_agreement=agreement)
 
 
-def _check_declared_public(reference: str, public: bool, private: str | None) -> None:
-    """Refuse a reference declared public that is, or overlaps, the private set passed alongside."""
-    if public and private is not None and _overlap(reference, private):
+def _check_declared_public(reference: str, private: str | None, synthetic: Path) -> None:
+    """Refuse a reference declared public that is, or overlaps, the private set passed alongside or
+    the private data of the run that wrote the synthetic file (as its manifest names it): its label
+    agreement, an un-noised statistic of the reference, would otherwise be published."""
+    if private is not None and _overlap(reference, private):
         raise EvaluationError(
             f"the reference {reference!r} overlaps the private set {private!r}: it cannot be declared "
             "public (drop --reference-public, or use a reference without private records)"
         )
+    run_source = _run_private_source(synthetic)
+    if run_source is None and private is None:
+        raise EvaluationError(
+            f"--reference-public: no manifest.json beside {synthetic} says which private data the run "
+            "read; pass that data with --private so the reference can be checked against it"
+        )
+    if run_source is not None and _overlaps_run_source(reference, run_source):
+        raise EvaluationError(
+            f"the reference {reference!r} overlaps the private data of the run that wrote {synthetic}: "
+            "it cannot be declared public (drop --reference-public, or use a reference without private "
+            "records)"
+        )
+
+
+def _run_private_source(synthetic: Path) -> str | None:
+    """The private data of the run that wrote ``synthetic``, as its manifest names it (a built-in
+    set's name or a file's keyed fingerprint); None without a readable manifest."""
+    try:
+        source = json.loads((synthetic.parent / "manifest.json").read_text())["config"]["private"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return source if isinstance(source, str) else None
+
+
+def _overlaps_run_source(reference: str, run_source: str) -> bool:
+    """A file matches the run's keyed fingerprint of its path; a built-in set, by its splits."""
+    from wasp_vllm.pipeline.manifest import published_source
+
+    if run_source.startswith("hmac-sha256:"):
+        return published_source(reference) == run_source
+    return _overlap(reference, run_source)
 
 
 def _overlap(a: str, b: str) -> bool:

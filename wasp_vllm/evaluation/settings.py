@@ -59,8 +59,9 @@ class EvalSettings(BaseModel):
         "agreement: the share of synthetic samples a classifier trained on it labels alike.", REAL,
     )  # fmt: skip
     reference_public: bool = setting(
-        False, "Whether --reference holds no private record. Private (default): the label agreement, "
-        "an un-noised statistic of the reference, goes into the operator_only section.", REAL,
+        False, "Whether --reference holds no private record (refused when it is, or overlaps, the "
+        "run's private data or --private). Private (default): the label agreement, an un-noised "
+        "statistic of the reference, goes into the operator_only section.", REAL,
         flag="--reference-public/--reference-private",
     )  # fmt: skip
     seed: int = setting(0, "Seed of the task model, and of the private draw (as in generate).", MODEL)

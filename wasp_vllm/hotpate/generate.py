@@ -33,6 +33,7 @@ measurement on the packaged data.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -182,13 +183,19 @@ def _generate_label(label: _Label, s: HotPateSettings, plm: str, tally: Tally) -
         )  # fmt: skip
 
 
+def vllm_batch_invariant() -> bool:
+    """Whether vLLM computes each request's numbers whatever else shares its batch."""
+    return os.environ.get("VLLM_BATCH_INVARIANT") == "1"
+
+
 @dataclass(frozen=True)
 class TeacherModel:
     """The LM every teacher runs: a PLM preset or model directory, on which engine and device.
 
     ``engine``: ``hf`` (transformers: exact distributions, KV caches reused), ``vllm`` (the
     ``top_logprobs`` most likely tokens per teacher and step, plus a no-token bin) or ``auto``
-    (vLLM where there is a GPU, transformers elsewhere).
+    (vLLM on a GPU with batch invariance on, ``VLLM_BATCH_INVARIANT=1``; transformers, padded to a
+    public length, everywhere else).
     """
 
     model: str = "smollm2"
@@ -201,7 +208,14 @@ class TeacherModel:
         if self.engine == "auto":  # vLLM's top-K path pays off on a GPU; transformers is exact on CPU
             from wasp_vllm.engines.devices import gpu_available
 
-            return "vllm" if gpu_available() else "hf"
+            if not gpu_available():
+                return "hf"
+            if not vllm_batch_invariant():
+                # vLLM batches the teachers together: without batch invariance a teacher's numbers
+                # move with the other teachers' private prompts; transformers pads to a public length.
+                log.info("hot pate: --engine auto uses transformers (vLLM needs VLLM_BATCH_INVARIANT=1)")
+                return "hf"
+            return "vllm"
         if self.engine not in ("hf", "vllm"):
             raise ValueError(f"engine must be 'hf', 'vllm' or 'auto', got {self.engine!r}")
         return self.engine

@@ -47,7 +47,10 @@ class HotPateOptions(BaseModel):
     n: int = setting(10, "Synthetic records to write.", TEACHERS, flag="--n", ge=1)
     model: str = setting(_default(TeacherModel, "model"), "PLM preset or model directory.", TEACHERS)
     engine: Literal["auto", "hf", "vllm"] = setting(
-        _default(TeacherModel, "engine"), "'hf' (transformers), 'vllm' (top-K) or 'auto'.", TEACHERS
+        _default(TeacherModel, "engine"),
+        "'hf' (transformers), 'vllm' (top-K) or 'auto' (vLLM only on a "
+        "GPU with VLLM_BATCH_INVARIANT=1, else transformers).",
+        TEACHERS,
     )
     records_per_teacher: int = setting(
         _default(HotPateSettings, "records_per_teacher"),

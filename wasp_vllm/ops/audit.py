@@ -15,6 +15,15 @@
    lower bound on the epsilon the run really has, at the chosen confidence
    (:func:`~wasp_vllm.privacy.audit.one_run_epsilon_lower_bound`).
 
+Before it runs, the audit works out the most its design can show (:func:`~wasp_vllm.privacy.audit.
+best_possible_bound`: a perfect attack, every guess right) and refuses to run when that cannot exceed
+the claimed epsilon (``allow_weak`` runs it anyway, with a loud warning): such an audit would report
+"no leak found" whatever the run leaks.  The canary count defaults to the fewest that can refute the
+claim (:func:`~wasp_vllm.privacy.audit.canaries_to_refute`: 373 at epsilon 4), and every canary the
+coins put in votes: the user's records are drawn to M first and the run's M makes room for the
+canaries, so the ``--m`` draw never subsamples one away (sigma depends on whether records are drawn,
+not on M).
+
 A lower bound above the claimed epsilon proves the claim false (a bug, or a leak around the
 mechanism).  A bound below it proves nothing about the claim: one run and a black-box attack see
 only part of what a worst-case adversary could, so the bound is usually far below the claim.  The
@@ -24,6 +33,8 @@ audit's run spends privacy on the canaries like on any record: publish a separat
 from __future__ import annotations
 
 import json
+import logging
+import math
 import random
 import re
 import secrets
@@ -37,7 +48,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.pipeline.store import write_json
-from wasp_vllm.privacy.audit import one_run_epsilon_lower_bound
+from wasp_vllm.privacy.audit import best_possible_bound, canaries_to_refute, one_run_epsilon_lower_bound
+
+log = logging.getLogger(__name__)
 
 #: Syllables of the made-up words: pronounceable, so a PLM copies them as words.
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "sk")
@@ -67,13 +80,23 @@ class Canary:
 
 @dataclass(frozen=True)
 class CanaryDesign:
-    """How an audit tests a run: ``canaries`` records put in by secret fair coins, the attack's
-    ``out_guesses`` (guess 'out' for that many least-echoed canaries too) and the confidence of
-    the lower bound."""
+    """How an audit tests a run: ``canaries`` records put in by secret fair coins (None: the fewest
+    that can refute the claimed epsilon), the attack's ``out_guesses`` (guess 'out' for that many
+    least-echoed canaries too) and the confidence of the lower bound."""
 
-    canaries: int = 64
+    canaries: int | None = None
     out_guesses: int = 0
     confidence: float = 0.95
+
+    def count(self, epsilon: float, delta: float) -> int | None:
+        """The canaries asked for, else the fewest that can refute ``epsilon`` (None: no count can)."""
+        if self.canaries is not None:
+            return self.canaries
+        return canaries_to_refute(epsilon, delta, self.confidence, self.out_guesses)
+
+    def best_bound(self, canaries: int, delta: float) -> float:
+        """The most this design can prove with ``canaries`` (a perfect attack)."""
+        return best_possible_bound(canaries, delta, self.confidence, self.out_guesses)
 
 
 @dataclass(frozen=True)
@@ -88,20 +111,32 @@ class CanaryAudit:
     guesses: int
     correct: int
     out: str
+    #: The most this design could prove (a perfect attack): above the claim, or the audit is weak.
+    epsilon_best_possible: float = math.inf
 
     @property
     def refutes_claim(self) -> bool:
         return self.epsilon_lower_bound > self.epsilon_claimed
+
+    @property
+    def could_refute(self) -> bool:
+        return self.epsilon_best_possible > self.epsilon_claimed
 
     def statement(self) -> str:
         """What the figures show and what they do not, in plain words."""
         head = (
             f"claimed epsilon {self.epsilon_claimed:.3g} (delta {self.delta:.3g}); audited lower bound "
             f"{self.epsilon_lower_bound:.3g} at {self.confidence:.0%} confidence "
-            f"({self.correct} of {self.guesses} membership guesses right, {self.canaries} canaries)."
+            f"({self.correct} of {self.guesses} membership guesses right, {self.canaries} canaries; "
+            f"a perfect attack, with half of them in as expected, proves {self.epsilon_best_possible:.3g})."
         )
         if self.refutes_claim:
             return head + " The run leaks more than it claims: its guarantee is false. Do not publish it."
+        if not self.could_refute:
+            return head + (
+                " WEAK AUDIT: even a perfect attack could not have refuted the claim with these canaries, "
+                "so this shows nothing about it; use more canaries (the default count for this epsilon)."
+            )
         return head + (
             " This does not prove the claim: a lower bound from one run and a text-only attack shows how "
             "much leakage this attack could prove, not the most a worst-case attacker could get. It would "
@@ -233,9 +268,11 @@ def with_canaries(
     return pa.table(merged)
 
 
-def score_run(out: Path, canaries: Sequence[Canary], included: np.ndarray, out_guesses: int,
-              confidence: float) -> CanaryAudit:  # fmt: skip
+def score_run(
+    out: Path, canaries: Sequence[Canary], included: np.ndarray, design: CanaryDesign
+) -> CanaryAudit:
     """The attack on the run's published files only, and the one-run bound."""
+    out_guesses, confidence = design.out_guesses, design.confidence
     manifest = json.loads((out / "manifest.json").read_text())
     texts = pq.read_table(out / "synthetic.parquet", columns=["text"]).column("text").to_pylist()
     scores = echo_scores(canaries, texts)
@@ -246,7 +283,8 @@ def score_run(out: Path, canaries: Sequence[Canary], included: np.ndarray, out_g
     claimed, delta = float(ledger["epsilon_spent_exact"]), float(ledger["delta"])
     guesses = int(np.count_nonzero(guess))
     bound = one_run_epsilon_lower_bound(len(canaries), guesses, correct, delta, confidence)
-    return CanaryAudit(claimed, delta, bound, confidence, len(canaries), guesses, correct, str(out))
+    best = design.best_bound(len(canaries), delta)
+    return CanaryAudit(claimed, delta, bound, confidence, len(canaries), guesses, correct, str(out), best)
 
 
 def record_coins(out: Path, canaries: Sequence[Canary], included: np.ndarray) -> None:
@@ -267,21 +305,71 @@ def audit(
     overwrite: bool = False,
     backends: Any = None,
     progress: Any = None,
+    allow_weak: bool = False,
     **settings: Any,
 ) -> CanaryAudit:
     """Insert canaries by secret coins, make one real run with these settings, attack its published
-    files and bound epsilon from below (module docstring)."""
-    from wasp_vllm.api import as_table, generate, run_config
-    from wasp_vllm.config import ConfigError
-    from wasp_vllm.data.sources import source_table
+    files and bound epsilon from below (module docstring).  Refuses (ConfigError) a design that
+    cannot refute the claimed epsilon, unless ``allow_weak``."""
+    from wasp_vllm.api import generate, run_config
     from wasp_vllm.tasks import get_task
 
-    canaries = design.canaries
-    if canaries < 4:
-        raise ConfigError("an audit needs at least 4 canaries (64 or more to bound epsilon above 1)")
+    cfg = run_config(private, config, settings)
+    canaries = _checked_canaries(design, cfg.epsilon, cfg.delta, allow_weak)
+    table, columns = _private_table(private, cfg)
+    coin = secrets.SystemRandom()
+    made = make_canaries(get_task(cfg.task).labels, canaries, coin)
+    included = np.array([coin.random() < 0.5 for _ in made])
+    chosen = [c for c, i in zip(made, included, strict=True) if i]
+    data = with_canaries(table, str(columns["text_col"]), str(columns["label_col"]), chosen, cfg.user_col)
+    own = {k: v for k, v in cfg.model_dump().items() if k != "private"} | columns
+    if cfg.private_limit is not None:  # room for every canary: the draw then keeps every row
+        own["private_limit"] = cfg.private_limit + canaries
+    # The audit's run is not the user's: nothing of it reaches a later run's plan.
+    generate(data, out=out, overwrite=overwrite, backends=backends, progress=progress,
+             record_throughput=False, **own)  # fmt: skip
+    record_coins(Path(out), made, included)
+    result = score_run(Path(out), made, included, design)
+    write_json(Path(out) / "private" / "audit_result.json", result.to_json())
+    return result
+
+
+def _checked_canaries(design: CanaryDesign, epsilon: float, delta: float, allow_weak: bool) -> int:
+    """The canary count, once it is clear the design can refute ``epsilon`` (else refused or warned)."""
+    from wasp_vllm.config import ConfigError
+
+    if design.canaries is not None and design.canaries < 4:
+        raise ConfigError("an audit needs at least 4 canaries")
+    canaries = design.count(epsilon, delta)
+    if canaries is None:
+        message = (f"no number of canaries lets this audit refute epsilon={epsilon:g} at delta={delta:g} "
+                   "(the delta term grows with the count): audit a smaller epsilon")  # fmt: skip
+        if not allow_weak:
+            raise ConfigError(message + ", or pass --allow-weak")
+        canaries = 1000
+        log.warning("WEAK AUDIT: %s; running with %d canaries as asked (--allow-weak)", message, canaries)
     if not 0 <= design.out_guesses < canaries:
         raise ConfigError(f"out guesses must be in [0, {canaries - 1}]")
-    cfg = run_config(private, config, settings)
+    best = design.best_bound(canaries, delta)
+    if best <= epsilon:
+        needed = canaries_to_refute(epsilon, delta, design.confidence, design.out_guesses)
+        more = f"use --canaries {needed} or more" if needed else "audit a smaller epsilon"
+        message = (f"this audit cannot refute epsilon={epsilon:g}: with {canaries} canaries even a "
+                   f"perfect attack proves at most epsilon >= {best:.3g} ({design.confidence:.0%} "
+                   f"confidence); {more}")  # fmt: skip
+        if not allow_weak:
+            raise ConfigError(f"{message}, or pass --allow-weak")
+        log.warning("WEAK AUDIT: %s. Its result will say nothing about the claim (--allow-weak)", message)
+    return canaries
+
+
+def _private_table(private: Any, cfg: Any) -> tuple[pa.Table, dict[str, str | None]]:
+    """The user's private records as a table (drawn to M, as the run would draw them: at random by
+    the public seed), and the columns holding text, label and attribute."""
+    from wasp_vllm.api import as_table
+    from wasp_vllm.config import ConfigError
+    from wasp_vllm.data.sources import source_table
+
     table = as_table(private)
     columns: dict[str, str | None] = {
         "text_col": cfg.text_col, "label_col": cfg.label_col, "attribute_col": cfg.attribute_col
@@ -291,19 +379,11 @@ def audit(
         if builtin is not None:
             columns = {"text_col": builtin.text_col, "label_col": builtin.label_col,
                        "attribute_col": builtin.attribute_col}  # fmt: skip
-    text_col, label_col = columns["text_col"], columns["label_col"]
-    if text_col is None or label_col is None:
+    if columns["text_col"] is None or columns["label_col"] is None:
         raise ConfigError(
             "an audit needs the private data's text and label columns (--text-col, --label-col)"
         )
-    coin = secrets.SystemRandom()
-    made = make_canaries(get_task(cfg.task).labels, canaries, coin)
-    included = np.array([coin.random() < 0.5 for _ in made])
-    chosen = [c for c, i in zip(made, included, strict=True) if i]
-    data = with_canaries(table, text_col, label_col, chosen, cfg.user_col)
-    own = {k: v for k, v in cfg.model_dump().items() if k != "private"} | columns
-    generate(data, out=out, overwrite=overwrite, backends=backends, progress=progress, **own)
-    record_coins(Path(out), made, included)
-    result = score_run(Path(out), made, included, design.out_guesses, design.confidence)
-    write_json(Path(out) / "private" / "audit_result.json", result.to_json())
-    return result
+    if cfg.private_limit is not None and table.num_rows > cfg.private_limit:
+        keep = np.random.default_rng(cfg.seed).choice(table.num_rows, cfg.private_limit, replace=False)
+        table = table.take(np.sort(keep))
+    return table, columns

@@ -2,10 +2,12 @@
 it will generate and the wall time it will take per engine, from settings and public facts only.
 
 Nothing here reads the private data (not even its size) or loads a model: sigma comes from the
-privacy plan (settings only), quotas from N, T and the PLMs, speeds from
+privacy plan (settings only), quotas from N, T and the PLMs, speeds and start-ups from
 :mod:`wasp_vllm.pipeline.throughput` (the last run's measurement here, else a built-in table, and
-it says which).  After a real run, :func:`against_run` puts the estimate beside what happened, in
-the manifest: all of it public settings and timings of public work.
+it says which), rejects and sample lengths from public figures (never an earlier run's: they
+follow its noisy votes, and the plan is published).  After a real run, :func:`against_run` puts
+the estimate beside what happened, in the manifest: all of it public settings and timings of
+public work.
 """
 
 from __future__ import annotations
@@ -217,12 +219,10 @@ def _needs_dequantizing(spec: str) -> bool:
 def _engine_estimate(spec: str, cfg: RunConfig, device: str, samples: int, cap: int) -> EngineEstimate:
     engine = engine_for(spec, cfg)
     speed = throughput.lookup(spec, engine, device)
-    regen = (
-        speed.generated_per_kept
-        or throughput.REGENERATION["label_check" if cfg.label_check == "drop" else "none"]
-    )
+    # Per-sample facts are public figures, never an earlier run's (they follow its noisy votes).
+    regen = throughput.REGENERATION["label_check" if cfg.label_check == "drop" else "none"]
     generated = int(round(samples * regen))
-    tokens = int(round(generated * (speed.tokens_per_sample or cap)))
+    tokens = generated * cap  # the token cap: the worst case
     return EngineEstimate(spec, engine, device, resolves_here(spec), samples, generated, tokens,
                           speed.tokens_per_s, speed.startup_s, tokens / speed.tokens_per_s,
                           speed.source)  # fmt: skip

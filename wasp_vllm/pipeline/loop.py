@@ -80,6 +80,12 @@ class Run:
         self.tables: list[pa.Table] = []
 
     def execute(self, *, resume: bool = False, overwrite: bool = False) -> Manifest:
+        try:  # RunStore.prepare locks the folder for this run alone; the next one may have it
+            return self._execute(resume=resume, overwrite=overwrite)
+        finally:
+            self.store.unlock()
+
+    def _execute(self, *, resume: bool, overwrite: bool) -> Manifest:
         self.store.prepare(resume=resume, overwrite=overwrite)
         state = self._load_or_start(resume)
         if state.completed_rounds < self.cfg.rounds:  # else killed while writing the final file

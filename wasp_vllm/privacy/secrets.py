@@ -148,6 +148,13 @@ def keyed_fingerprint(records: Sequence[bytes], label_names: Sequence[str], key:
     return "hmac-sha256:" + mac.hexdigest()
 
 
+def keyed_name(name: str, key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` of a name (e.g. the private file's path as the user gave it): the
+    owner sees that two runs name the same file; nobody else learns the path or can test a guess."""
+    mac = hmac.new(key, _DOMAIN + b"name/" + name.encode("utf-8"), hashlib.sha256)
+    return "hmac-sha256:" + mac.hexdigest()
+
+
 def record_uniform(record: bytes, purpose: str, seed: int) -> float:
     """A number in [0, 1) that depends on this record, the purpose and the public seed only."""
     key = _DOMAIN + f"{purpose}/{int(seed)}".encode()
