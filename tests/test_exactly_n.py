@@ -45,7 +45,6 @@ class MostlyJunkEngineForUnitTests(FakeEngineForUnitTests):
 private_csv = private_csv_fixture  # the same private file as the pipeline's tests
 
 
-# (0.9 can leave round 0 without a single sample, which the votes cannot rank: loop.py's concern)
 @pytest.mark.parametrize("junk", [0.75, 0.85])
 def test_the_tiny_run_writes_exactly_n_rows_though_most_samples_are_rejected(
     tmp_path, private_csv, embedder, junk
@@ -58,6 +57,32 @@ def test_the_tiny_run_writes_exactly_n_rows_though_most_samples_are_rejected(
     assert table.num_rows == 12
     assert manifest["rounds"][-1]["missing"] == 0
     assert set(table.column("label").to_pylist()) == {"positive", "neutral", "negative"}
+
+
+class SilentInRound0ForUnitTests(FakeEngineForUnitTests):
+    """Its first call (round 0, one attempt) writes only junk: the run starts with nothing to vote on."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.calls_made = 0
+
+    def generate(self, prompts, seeds, params):
+        out = super().generate(prompts, seeds, params)
+        self.calls_made += 1
+        return [Completion("", 1) for _ in out] if self.calls_made == 1 else out
+
+
+def test_a_round_that_keeps_no_sample_is_not_voted_on_and_the_next_makes_it_up(
+    tmp_path, private_csv, embedder
+):
+    """Every sample of round 0 turned down: no vote (nothing to rank, nothing spent), and the
+    later rounds write the rows it lacks."""
+    engines = {"a": SilentInRound0ForUnitTests("a")}
+    cfg = make_cfg(private_csv, plms=["a"], n=12, rounds=3, s=2, max_attempts=1)
+    manifest = run(cfg, tmp_path / "out", embedder, engines=engines)
+    assert manifest["rounds"][0]["kept"] == {"a": 0}
+    assert pq.read_table(tmp_path / "out" / "synthetic.parquet").num_rows == 12
+    assert len(manifest["privacy"]["ledger"]["sigmas"]) == 1  # round 1's vote only
 
 
 class DriesUpForUnitTests(FakeEngineForUnitTests):

@@ -105,8 +105,11 @@ class Run:
         votes, voted = None, None
         if self.voting is not None and t < self.cfg.rounds - 1:  # the last round's samples get no vote
             voted = pa.concat_tables([*self.tables, new])  # D so far: voting, selection, the votes file
-            votes = self._release(t, voted)
-            self._post_process(votes, voted, state)
+            if voted.num_rows:  # (none yet where every sample so far was turned down: no vote, no cost)
+                votes = self._release(t, voted)
+                self._post_process(votes, voted, state)
+            else:
+                voted = None
         self._commit(t, new, votes, voted, state, RoundRecord(
             t, dict(zip(self.cfg.plms, quotas.tolist(), strict=True)), weights_before, list(state.weights),
             {p: len(r.rows) for p, r in results.items()}, {p: r.shortfall for p, r in results.items()},
@@ -148,11 +151,18 @@ class Run:
         new = pa.Table.from_pylist(rows, schema=sample_schema())
         if rows and all(e is not None for e in kept):
             emb = np.stack(kept).astype(np.float32)
-        else:
+        elif rows:
             emb = self._timed("embedding", self.embedder.encode, new.column("text").to_pylist())
+        else:  # every sample of the round was turned down: an empty table of the run's width
+            emb = np.zeros((0, self._embedding_width()), dtype=np.float32)
         new = new.append_column("embedding", pa.FixedSizeListArray.from_arrays(emb.reshape(-1), emb.shape[1]))
         # Readers reuse stored embeddings only when they come from the same embedder.
         return new.replace_schema_metadata({"embedder": str(getattr(self.embedder, "name", "unknown"))})
+
+    def _embedding_width(self) -> int:
+        if self.tables:
+            return int(self.tables[0].schema.field("embedding").type.list_size)
+        return int(np.asarray(self.embedder.encode(["width"])).shape[1])  # a public word: only its width
 
     def _release(self, t: int, synth: pa.Table) -> NoisyVotes:
         """The only step that reads private data; only the noisy histograms leave it."""

@@ -88,7 +88,7 @@ def sample_schema(dim: int | None = None) -> pa.Schema:
 def stored_embeddings(samples: pa.Table) -> np.ndarray:
     """[rows, dim] float32: the embeddings a sample table (``sample_schema(dim)``) holds."""
     flat = np.asarray(samples.column("embedding").combine_chunks().flatten(), dtype=np.float32)
-    return flat.reshape(samples.num_rows, -1)
+    return flat.reshape(samples.num_rows, samples.schema.field("embedding").type.list_size)
 
 
 def _atomic_write(path: Path, write: Callable[[Path], object], mode: int = 0o644) -> None:
