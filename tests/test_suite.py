@@ -160,3 +160,15 @@ def test_suite_rows_count_records(monkeypatch):
         s: builtin_split("products", s).num_rows for s in ("fit", "validation", "test")
     }
     assert len(counted) == 3 * len(suite.SUITE)
+
+
+def test_the_tasks_command_lists_each_suite_task_with_its_group():
+    from typer.testing import CliRunner
+
+    from wasp_vllm.cli import app
+
+    result = CliRunner().invoke(app, ["tasks"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") > 3}
+    for name, group in suite.SUITE.items():
+        assert rows[name].rstrip(" │").endswith(group), rows[name]

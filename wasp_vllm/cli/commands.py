@@ -179,12 +179,17 @@ def tasks(
     if template is not None or check is not None:
         _task_file(template, out, check)
         return
+    from wasp_vllm.data.suite import SUITE
+
     table = Table(title="tasks (or pass a TOML/YAML task file to --task)")
-    for col in ("name", "labels", "attribute"):
+    for col in ("name", "labels", "attribute", "built-in data", "suite group"):
         table.add_column(col)
     for name in list_tasks():
         spec = get_task(name)
-        table.add_row(name, ", ".join(spec.labels), spec.attribute_name or "-")
+        # The suite's groups: defaults are chosen on the validation splits of 'choosing' tasks only;
+        # 'held-out' tasks' test splits are scored once, at the end (docs/suite.md).
+        table.add_row(name, ", ".join(spec.labels), spec.attribute_name or "-",
+                      f"{name}:fit|validation|test" if name in SUITE else "-", SUITE.get(name, "-"))  # fmt: skip
     Console().print(table)
 
 
