@@ -188,8 +188,8 @@ def tasks(
         spec = get_task(name)
         # The suite's groups: defaults are chosen on the validation splits of 'choosing' tasks only;
         # 'held-out' tasks' test splits are scored once, at the end (docs/suite.md).
-        table.add_row(name, ", ".join(spec.labels), spec.attribute_name or "-",
-                      f"{name}:fit|validation|test" if name in SUITE else "-", SUITE.get(name, "-"))  # fmt: skip
+        data = f"{name}:fit|validation|test" if name in SUITE else "-"
+        table.add_row(name, ", ".join(spec.labels), spec.attribute_name or "-", data, SUITE.get(name, "-"))
     Console().print(table)
 
 
