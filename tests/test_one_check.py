@@ -11,18 +11,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-import wasp_vllm.engines.embedder
-from tests.test_cli_errors import ModelLoaded, _records, assert_refused, fake_model_dir, write_csv
+from tests.test_cli_errors import _records, assert_refused, fake_model_dir, write_csv
+from tests.test_cli_errors import no_model_loads as no_model_loads  # autouse: no model loads here either
 from wasp_vllm.cli import app
-
-
-@pytest.fixture(autouse=True)
-def no_model_loads(monkeypatch):
-    def tripwire(*args, **kwargs):
-        raise ModelLoaded("a model was loaded before the settings were checked")
-
-    monkeypatch.setattr("wasp_vllm.pipeline.backends.make_engine", tripwire)
-    monkeypatch.setattr(wasp_vllm.engines.embedder, "Embedder", tripwire)
 
 
 @pytest.fixture()
