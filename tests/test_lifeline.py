@@ -88,20 +88,25 @@ def test_an_unwatched_child_outlives_its_killed_parent(tmp_path):
 
 
 def test_install_replaces_the_engine_core_target_once():
+    """From vLLM's own target (whether or not an earlier engine in this process installed the
+    watch), installing twice wraps it once; the process's state is restored after."""
     pytest.importorskip("vllm")
     from vllm.v1.engine.core import EngineCoreProc
 
     from wasp_vllm.engines import lifeline
 
-    original = EngineCoreProc.__dict__["run_engine_core"]
+    saved, saved_original = EngineCoreProc.__dict__["run_engine_core"], lifeline._original
+    pristine = saved_original or saved.__func__  # vLLM's own target
     try:
+        EngineCoreProc.run_engine_core = staticmethod(pristine)
+        lifeline._original = None
         lifeline.install()
         lifeline.install()
         assert EngineCoreProc.run_engine_core is lifeline.run_engine_core_watched
-        assert lifeline._original is original.__func__  # not the wrapper: no recursion
+        assert lifeline._original is pristine  # not the wrapper: no recursion
     finally:
-        EngineCoreProc.run_engine_core = original
-        lifeline._original = None
+        EngineCoreProc.run_engine_core = saved
+        lifeline._original = saved_original
 
 
 def _engine_cores(run: psutil.Process) -> list[psutil.Process]:

@@ -41,19 +41,19 @@ MUTANTS = {
         "the noise step gets sigma/100 while ledger and manifest report sigma",
         "wasp_vllm/privacy/mechanisms.py",
         (("self.q, self.sigma, rng, self.far)", "self.q, self.sigma / 100, rng, self.far)"),),
-        (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[False-auto-all]",),
+        (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[False-auto]",),
     ),
     "far-votes-released-unpaid": Mutant(
         "a run that pays for H_near alone releases H_far too",
         "wasp_vllm/privacy/mechanisms.py",
         (("self.far: bool = plan.histograms == 2", "self.far: bool = True"),),
-        (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[False-auto-all]",),
+        (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[False-auto]",),
     ),
     "federated-noise-sigma-over-100": Mutant(
         "the same on the federated path",
         "wasp_vllm/privacy/mechanisms.py",
         (("            self.sigma,\n", "            self.sigma / 100,\n"),),
-        (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[True-auto-all]",),
+        (f"{NOISE}::test_the_noise_added_is_the_sigma_the_manifest_reports[True-auto]",),
     ),
     "private-record-logged-lower-case": Mutant(
         "a private record logged lower-cased at DEBUG",
