@@ -110,7 +110,10 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     for run in on_test["runs"]:
         made = val_runs[run["method"]]
         assert run["scored_from"] == made["cache_key"] and run["cache_key"] != made["cache_key"]
-        assert (run["gen_s"], run["label_agreement"]) == (made["gen_s"], made["label_agreement"])
+        assert run["gen_s"] == made["gen_s"]  # the validation grid's generation, not a new one
+        # Scored again in another process: the embedder batches the reference's texts otherwise
+        # (floats at 1e-6), which can move one of the 24 samples' agreement (seen: 0.625, 0.667).
+        assert run["label_agreement"] == pytest.approx(made["label_agreement"], abs=1 / 24 + 1e-9)
         # FID is computed again from the same texts: on 2 AVX2 cores an embedding batched otherwise
         # moved it by 7.5e-9 (relative); another generation would move it by far more than 1e-6.
         assert run["fid"] == pytest.approx(made["fid"], rel=1e-6)
