@@ -102,3 +102,17 @@ def test_a_store_that_is_dropped_lets_the_folder_go(tmp_path):
     store.prepare(resume=False, overwrite=False)
     del store
     RunStore(tmp_path / "run").prepare(resume=True, overwrite=False)
+
+
+def test_a_prepared_block_lets_the_folder_go_however_it_ends(tmp_path):
+    """Hot PATE's command and Run.execute hold the folder for a block: while it runs a second run is
+    refused, after it (even one ended by an error) the folder is free."""
+    store = RunStore(tmp_path / "run")
+    with pytest.raises(RuntimeError, match="the run failed"), store.prepared(resume=False, overwrite=False):
+        with pytest.raises(CheckpointError, match="is busy"):
+            RunStore(tmp_path / "run").prepare(resume=True, overwrite=False)
+        raise RuntimeError("the run failed")
+    second = RunStore(tmp_path / "run")
+    second.prepare(resume=True, overwrite=False)
+    second.unlock()
+    assert store._lock is None  # released by the block, not left to the store's end

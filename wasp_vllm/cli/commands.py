@@ -76,8 +76,8 @@ def hotpate(
         columns = Columns(o.text_col, o.label_col)
         data = load_private(o.private, spec, columns, limit=o.private_limit, seed=o.seed)
         store = RunStore(out)
-        store.prepare(resume=False, overwrite=overwrite)
-        with store.one_shot_secret() as secret:  # never --seed; Hot PATE never resumes: the key goes
+        # Hot PATE never resumes nor takes --seed: its noise key and the folder lock end with the block
+        with store.prepared(resume=False, overwrite=overwrite), store.one_shot_secret() as secret:
             # The --m draw swaps at most one record, which may touch two teachers: replace neighbours.
             table, report = run_hotpate(
                 data.texts, [spec.labels[i] for i in data.labels], spec.labels,

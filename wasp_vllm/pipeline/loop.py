@@ -80,19 +80,13 @@ class Run:
         self.tables: list[pa.Table] = []
 
     def execute(self, *, resume: bool = False, overwrite: bool = False) -> Manifest:
-        try:  # RunStore.prepare locks the folder for this run alone; the next one may have it
-            return self._execute(resume=resume, overwrite=overwrite)
-        finally:
-            self.store.unlock()
-
-    def _execute(self, *, resume: bool, overwrite: bool) -> Manifest:
-        self.store.prepare(resume=resume, overwrite=overwrite)
-        state = self._load_or_start(resume)
-        if state.completed_rounds < self.cfg.rounds:  # else killed while writing the final file
-            with self._session(state):
-                for t in range(state.completed_rounds, self.cfg.rounds):
-                    self._round(t, state)
-        return self._finish(state)
+        with self.store.prepared(resume=resume, overwrite=overwrite):  # the folder is this run's alone
+            state = self._load_or_start(resume)
+            if state.completed_rounds < self.cfg.rounds:  # else killed while writing the final file
+                with self._session(state):
+                    for t in range(state.completed_rounds, self.cfg.rounds):
+                        self._round(t, state)
+            return self._finish(state)
 
     def _round(self, t: int, state: RunState) -> None:
         """One round of Algorithm 1."""

@@ -197,7 +197,16 @@ class RunStore:
         if not readme.exists():
             _atomic_write(readme, lambda tmp: tmp.write_text(OPERATOR_README))
 
-    def __del__(self) -> None:  # a caller that never unlocks (Hot PATE's one-shot run) frees it here
+    @contextmanager
+    def prepared(self, *, resume: bool, overwrite: bool) -> Iterator[None]:
+        """:meth:`prepare`, and the folder stays this run's until the block ends, however it ends."""
+        try:
+            self.prepare(resume=resume, overwrite=overwrite)
+            yield
+        finally:
+            self.unlock()
+
+    def __del__(self) -> None:  # a store dropped while it holds the lock frees the folder too
         self.unlock()
 
     def unlock(self) -> None:
