@@ -38,17 +38,27 @@ def _mix(pairs: list[tuple[str, str]]) -> dict[str, float]:
     return {label: n / len(pairs) for label, n in counts.items()}
 
 
-@pytest.mark.parametrize("name", NEW)
-def test_splits_are_disjoint_and_without_duplicates(splits, name):
-    texts = {split: [t for t, _ in pairs] for split, pairs in splits[name].items()}
+def check_splits(
+    name: str, pairs_by_split: dict[str, list[tuple[str, str]]], size: int
+) -> dict[str, list[str]]:
+    """A built-in set's splits: no text twice or empty, fit / validation / test disjoint, fit and
+    validation make up train, ``size`` records in all and 1 in 8 of them in test; the texts by split."""
+    texts = {split: [t for t, _ in pairs] for split, pairs in pairs_by_split.items()}
     for split, values in texts.items():
         assert len(values) == len(set(values)), f"{name}:{split} repeats a text"
         assert all(v.strip() for v in values)
     fit, validation, test = set(texts["fit"]), set(texts["validation"]), set(texts["test"])
     assert not fit & validation and not fit & test and not validation & test
     assert fit | validation == set(texts["train"])
-    assert len(texts["train"]) + len(texts["test"]) == SIZES[name]
-    assert 0.11 < len(test) / SIZES[name] < 0.14  # 1 in 8
+    assert len(texts["train"]) + len(texts["test"]) == size
+    assert 0.11 < len(test) / size < 0.14  # 1 in 8 (per label)
+    return texts
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_splits_are_disjoint_and_without_duplicates(splits, name):
+    texts = check_splits(name, splits[name], SIZES[name])
+    validation = texts["validation"]
     # VALIDATION_SHARE of train, at most about VALIDATION_MAX records
     expected = min(builtin_sets.VALIDATION_SHARE * len(texts["train"]), builtin_sets.VALIDATION_MAX)
     assert 0.85 * expected < len(validation) < 1.15 * expected
