@@ -203,10 +203,14 @@ def one_run_epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence
 MOST_CANARIES = 100_000
 
 
-def best_possible_bound(canaries: int, delta: float, confidence: float = 0.95, out_guesses: int = 0) -> float:
-    """The lower bound a perfect attack proves when the coins put in half the canaries, as expected:
-    every one of them guessed "in" and ``out_guesses`` others guessed "out", all right."""
-    guesses = min(canaries, canaries // 2 + out_guesses)
+def best_possible_bound(
+    canaries: int, delta: float, confidence: float = 0.95, out_guesses: int = 0, short_sd: float = 0.0
+) -> float:
+    """The lower bound a perfect attack proves when the coins put in half the canaries, as expected,
+    less ``short_sd`` standard deviations of their count: every one of them guessed "in" and
+    ``out_guesses`` others guessed "out", all right."""
+    fewer = short_sd * math.sqrt(canaries) / 2
+    guesses = min(canaries, max(0, int(canaries / 2 - fewer)) + out_guesses)
     return one_run_epsilon_lower_bound(canaries, guesses, guesses, delta, confidence)
 
 
@@ -216,14 +220,6 @@ def best_possible_bound(canaries: int, delta: float, confidence: float = 0.95, o
 COIN_MARGIN_SD = 2.0
 
 
-def _bound_with_margin(canaries: int, delta: float, confidence: float, out_guesses: int) -> float:
-    """As :func:`best_possible_bound` when the coins put in :data:`COIN_MARGIN_SD` standard
-    deviations fewer canaries than expected (the default count should hold for almost every draw)."""
-    fewer = COIN_MARGIN_SD * math.sqrt(canaries) / 2
-    guesses = min(canaries, max(0, int(canaries / 2 - fewer)) + out_guesses)
-    return one_run_epsilon_lower_bound(canaries, guesses, guesses, delta, confidence)
-
-
 def canaries_to_refute(
     epsilon: float, delta: float, confidence: float = 0.95, out_guesses: int = 0
 ) -> int | None:
@@ -231,11 +227,11 @@ def canaries_to_refute(
     epsilon 4, delta 1e-5, 95 %); None when no count up to :data:`MOST_CANARIES` does."""
 
     def refutes(m: int) -> bool:
-        return _bound_with_margin(m, delta, confidence, out_guesses) > epsilon
+        return best_possible_bound(m, delta, confidence, out_guesses, COIN_MARGIN_SD) > epsilon
 
     low, high, last = 2, 4, 0.0
     while not refutes(high):  # doubling while the bound grows; the delta term ends the growth
-        bound = _bound_with_margin(high, delta, confidence, out_guesses)
+        bound = best_possible_bound(high, delta, confidence, out_guesses, COIN_MARGIN_SD)
         if 0 < bound < last or high >= MOST_CANARIES:
             return None
         low, high, last = high, min(2 * high, MOST_CANARIES), bound
