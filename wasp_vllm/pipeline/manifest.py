@@ -21,6 +21,7 @@ import pyarrow as pa
 from wasp_vllm.engines.base import GenerationParams
 from wasp_vllm.engines.presets import sampling_for
 from wasp_vllm.pipeline.context import RunContext, neighbourhood
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 from wasp_vllm.pipeline.state import RoundRecord, RunState
 from wasp_vllm.privacy.federated import federated_report
 from wasp_vllm.privacy.search import faiss_build
@@ -247,5 +248,5 @@ def build_manifest(
         output=OutputFile(file="synthetic.parquet", rows=final.num_rows, sha256=output_sha),
         versions=package_versions(),
         engines=engine_stats or None,
-        policy=None if state.policy == "paper" else state.policy,
+        policy=None if state.policy == DEFAULT_POLICY.name else state.policy,
     )
