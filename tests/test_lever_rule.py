@@ -114,3 +114,57 @@ def test_a_guard_metric_vetoes_a_lever_worse_on_it_and_the_cli_reports_it(tmp_pa
     assert "last round − first, lever against default: b -0.150 ± 0.070 against -" in md
     with pytest.raises(SystemExit, match="--guards: unknown metric fid"):
         lever_rule.main([*argv, "--guards", "fid"])
+
+
+# issue 59: stage 2 on the held-out group's test splits
+HELD = ("products", "vader_tweets", "disaster")
+
+
+def _held(gains: dict[str, list[float]]) -> dict[str, dict]:
+    """Held-out test rows: the base at 0.5 on two seeds, the lever at 0.5 plus each seed's gain."""
+    return _table({t: {"lever": [0.5 + g for g in gains[t]], "base": [0.5, 0.5]} for t in gains})
+
+
+def test_stage_two_keeps_the_old_default_where_the_lever_is_worse_on_a_held_out_task():
+    level = _held({"products": [0.01, -0.01], "vader_tweets": [0.02, 0.0], "disaster": [0.0, 0.01]})
+    ok = lever_rule.held_out_check(level, "lever", "base", list(HELD), {})
+    assert ok["passes"] is True and ok["why"].startswith("not worse than the old default")
+    worse = _held({"products": [0.01, -0.01], "vader_tweets": [-0.05, -0.06], "disaster": [0.0, 0.01]})
+    check = lever_rule.held_out_check(worse, "lever", "base", list(HELD), {})
+    assert check["passes"] is False and "vader_tweets" in check["why"]
+    missing = {t: v for t, v in level.items() if t != "disaster"}
+    pending = lever_rule.held_out_check(missing, "lever", "base", list(HELD), {})
+    assert pending["passes"] is None and pending["why"] == "no paired test rows on disaster"
+    adopted = {"adopt": True}
+    assert lever_rule.verdict(adopted, ok) == "adopt"
+    assert lever_rule.verdict(adopted, check) == "keep the default"
+    assert lever_rule.verdict(adopted, pending) == "pending"
+    assert lever_rule.verdict({"adopt": False}, ok) == "keep the default"
+
+
+def test_stage_two_vetoes_a_mean_worse_beyond_its_spread_even_with_no_single_task_worse():
+    # each task's loss is inside its own spread, but both seeds lose on the mean over the three
+    drift = _held({"products": [-0.05, 0.01], "vader_tweets": [0.01, -0.05], "disaster": [-0.03, 0.02]})
+    whole = lever_rule.held_out_check(drift, "lever", "base", list(HELD), {})
+    assert all(d["verdict"] == "no gap" for d in whole["per_task"].values())
+    assert whole["passes"] is False and whole["why"].endswith("the mean (-0.015 ± 0.012)")
+
+
+def test_the_cli_refuses_held_out_validation_rows_and_reports_both_stages(tmp_path: Path):
+    choosing = {"drugs": GRID["a"], "tweets": GRID["b"], "trec": GRID["c"]}  # the lever passes stage 1
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps({"tasks": {**choosing, "products": GRID["a"]}}))
+    with pytest.raises(SystemExit, match="held-out group's validation rows \\(products\\)"):
+        lever_rule.main(["--validation", str(path), "--pairs", "lever:base", "--out", str(tmp_path)])
+    path.write_text(json.dumps({"tasks": choosing}))
+    test = tmp_path / "test.json"
+    worse = _held({"products": [0.0, 0.01], "vader_tweets": [0.01, 0.0], "disaster": [-0.08, -0.09]})
+    test.write_text(json.dumps({"tasks": worse}))
+    argv = ["--validation", str(path), "--pairs", "lever:base", "--out", str(tmp_path)]
+    lever_rule.main([*argv, "--test", str(test)])
+    md = (tmp_path / "lever_rule.md").read_text()
+    assert "**the rule: keep the default**" in md
+    assert "stage 1, the choosing group's validation splits (drugs, tweets, trec): adopt" in md
+    assert "worse than the old default beyond its spread on disaster" in md
+    lever_rule.main(argv)  # no test rows yet: stage 1's adoption waits for the held-out group
+    assert "**the rule: pending**" in (tmp_path / "lever_rule.md").read_text()

@@ -74,8 +74,9 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     assert payload["finished"] and not payload["skipped"] and not payload["reused"]
     methods = set(METHODS)
     assert set(payload["tasks"]) == {"trec"}
-    for task, per in payload["tasks"].items():
-        assert set(per) == methods, task
+    for task, entry in payload["tasks"].items():
+        per = {k: v for k, v in entry.items() if k != "group"}
+        assert entry["group"] == "choosing" and set(per) == methods, task
         for key, scores in per.items():
             assert scores["seeds"] == [0] and 0.0 <= scores["macro_f1"][0] <= 1.0, (task, key)
             assert 0.0 <= scores["accuracy"][0] <= 1.0
@@ -87,6 +88,10 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
         assert all(0.0 <= e["junk_share"] <= 1.0 for e in rounds if e["n"])
         measured = [e["similarity"] for e in rounds if e["similarity"] is not None]
         assert measured and all(-1.0 <= x <= 1.0 for x in measured)
+        (wasp,) = [r for r in payload["runs"] if r["method"] == "wasp"]
+        assert [e["round"] for e in wasp["diversity"]] == [0, 1]  # issue 59: per round, all PLMs
+        assert 0.0 <= wasp["diversity"][0]["signal_share"] <= 1.0  # round 0's votes were released
+        assert all(0.0 < e["distinct_2"] <= 1.0 and e["fid_validation"] > 0 for e in wasp["diversity"])
     assert set(payload["average"]) == methods
     assert len(payload["paired"]["average"]["wasp − fusegen"]["macro_f1"]["diffs"]) == 1
     assert "| WASP |" in (out / "t.md").read_text()

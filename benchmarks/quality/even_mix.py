@@ -68,7 +68,7 @@ def earlier_scores(path: Path) -> dict[tuple[str, str, int, float], dict[str, An
 
 def tables(payload: dict[str, Any]) -> list[report.Table]:
     tasks, names = payload["tasks"], list(payload["tasks"])
-    methods = list(dict.fromkeys(m for t in tasks.values() for m in t))
+    methods = list(dict.fromkeys(m for t in tasks.values() for m in t if m != "group"))
     scores = report.Table(
         "Macro-F1 as the split is | on an even label mix (mean ± std over seeds)",
         ["method", *names, "average"],

@@ -466,7 +466,7 @@ def reuse_or_run(
     if found := finished_record(method, seed, data, settings):
         log.info("   reusing %s", found)
         named = {"method": method.key, "label": method.label, "group": method.group}
-        return json.loads(found.read_text()) | named | {"cache_key": found.name}, True
+        return _with_extras(found, extras) | named | {"cache_key": found.name}, True
     path = record_path(method, seed, data, settings)
     if elsewhere := generation_elsewhere(method, seed, data, settings):
         run_dir, manifest, made = elsewhere
@@ -485,6 +485,23 @@ def reuse_or_run(
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, record)  # atomic: a benchmark killed mid-write leaves no half record to reuse
     return record, False
+
+
+def _with_extras(found: Path, extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None) -> dict:
+    """A kept record, brought up to date: where it lacks a figure ``extras`` gives today (its
+    ``keys``) and its run folder still holds the generation, the figure is added and the record
+    written again (the run is not repeated)."""
+    from wasp_vllm.pipeline.store import write_json
+
+    record = json.loads(found.read_text())
+    wanted = getattr(extras, "keys", ())
+    if extras is None or all(k in record for k in wanted) or not (kept := _kept_generation(found)):
+        return record
+    run_dir, manifest, _ = kept
+    log.info("   adding %s from %s", ", ".join(k for k in wanted if k not in record), run_dir)
+    record |= extras(run_dir, manifest)
+    write_json(found, record)
+    return record
 
 
 def restore_records(results: Path, work_of: Callable[[str], Path]) -> int:

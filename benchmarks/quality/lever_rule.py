@@ -1,12 +1,17 @@
-"""The rule that makes a quality lever a default, and its leave-one-task-out check.
+"""The rule that makes a quality lever a default, in two stages, and its leave-one-task-out check.
 
-The rule (issue 22): a lever becomes a default only if, on the validation splits, it is worse
-than the default beyond the paired standard deviation on no task, and better on the mean over
-tasks (per seed the mean over tasks, paired by seed, beyond its standard deviation).
+The rule (issue 22, made stricter by issue 59), on the task suite's groups (docs/suite.md):
 
-Leave one task out: decide on the other tasks' validation rows alone, then score what was
-chosen (the lever or the default) on the held-out task's test split; the mean of those scores
-over the held-out tasks is the honest figure, since no choice saw the task it is scored on.
+1. *Choosing*: on the validation splits of the choosing group's tasks, the lever is worse than the
+   default beyond the paired standard deviation on no task, and better on the mean over tasks (per
+   seed the mean over tasks, paired by seed, beyond its standard deviation).  The held-out group's
+   validation splits are never looked at (a validation JSON holding them is refused).
+2. *Held out*: only a lever stage 1 adopts is then scored on the held-out group's test splits, once;
+   it stays only if it is not worse than the old default there: worse beyond the paired spread on
+   no held-out task, nor on their mean.  Until those rows exist the verdict is "pending".
+
+Leave one task out (within the choosing group, shown, never deciding): decide on the other tasks'
+validation rows alone, then score what was chosen on the left-out task's test split.
 
     python benchmarks/quality/lever_rule.py \\
         --validation benchmarks/results/quality_tasks_validation_label_check.json \\
@@ -30,7 +35,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 
 import report  # noqa: E402
 from seed_stats import fmt_diff, paired_diff  # noqa: E402
-from tasks_report import averaged, by_seed  # noqa: E402
+from tasks_report import averaged, by_seed, group_of  # noqa: E402
+
+from wasp_vllm.data.suite import SUITE  # noqa: E402
 
 METRIC = "macro_f1"
 # metrics a lever may also be held to (--guards); higher is better on each (even_mix_macro_f1: in
@@ -115,6 +122,43 @@ def test_gain(
     return {"per_task": gain["per_task"], "mean": gain["mean"], "base_macro_f1": base_mean}
 
 
+def held_out_check(
+    test: dict[str, dict] | None, lever: str, base: str, names: list[str], test_names: dict[str, str]
+) -> dict[str, Any]:
+    """Stage 2 on the held-out group's test rows (``names``): ``{"passes": True/False/None,
+    "why", "per_task", "mean"}``; None while a task lacks either method's rows."""
+    rows = {t: {m: (test or {}).get(t, {}).get(test_names.get(m, m)) for m in (lever, base)} for t in names}
+    per_task = _per_task(rows, lever, base, METRIC)
+    if not names or any(d is None for d in per_task.values()):
+        missing = [t for t, d in per_task.items() if d is None] or ["the held-out group (no task)"]
+        return {"passes": None, "why": f"no paired test rows on {', '.join(missing)}",
+                "per_task": per_task, "mean": None}  # fmt: skip
+    average = averaged(rows, names, [lever, base], (METRIC,))
+    mean = paired_diff(by_seed(average[lever], METRIC), by_seed(average[base], METRIC))
+    worse = [f"{t} ({fmt_diff(d)})" for t, d in per_task.items() if vetoes(d)]
+    if vetoes(mean):
+        worse.append(f"the mean ({fmt_diff(mean)})")
+    why = (
+        ("worse than the old default beyond its spread on " + ", ".join(worse))
+        if worse
+        else (f"not worse than the old default on any held-out task (mean {fmt_diff(mean)})")
+    )
+    return {"passes": not worse, "why": why, "per_task": per_task, "mean": mean}
+
+
+def verdict(whole: dict[str, Any], held: dict[str, Any]) -> str:
+    """The rule's outcome: "adopt" (both stages), "pending" (stage 1 adopts, no held-out rows yet)
+    or "keep the default"."""
+    if not whole["adopt"] or held["passes"] is False:
+        return "keep the default"
+    return "adopt" if held["passes"] else "pending"
+
+
+def split_groups(tasks: list[str]) -> tuple[list[str], list[str]]:
+    """``(choosing, held-out)`` task names; a task outside the suite counts as choosing."""
+    return [t for t in tasks if group_of(t) != "held-out"], [t for t in tasks if group_of(t) == "held-out"]
+
+
 def fold_agreement(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """How many leave-one-out folds adopt the lever, and which tasks they hold out.  A lever every
     fold adopts rests on no single task; one that fewer adopt rests on the tasks those folds see
@@ -133,8 +177,14 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
     out = []
     for pair in payload["pairs"]:
         whole = pair["all_tasks"]
+        held = pair["held_out"]
         notes = [
-            f"on every validation task: {'adopt' if whole['adopt'] else 'keep the default'} ({whole['why']})"
+            f"**the rule: {pair['verdict']}**",
+            f"stage 1, the choosing group's validation splits ({', '.join(whole['per_task'])}): "
+            f"{'adopt' if whole['adopt'] else 'keep the default'} ({whole['why']})",
+            f"stage 2, the held-out group's test splits ({', '.join(held['per_task']) or 'none'}): "
+            + ("not scored, stage 1 keeps the default" if not whole["adopt"] else held["why"])
+            + "".join(f"; {t} {fmt_diff(d)}" for t, d in held["per_task"].items() if d and whole["adopt"]),
         ]
         for metric, diffs in whole.get("guarded", {}).items():
             cells = ", ".join(f"{t} {fmt_diff(d)}" for t, d in diffs.items())
@@ -162,16 +212,15 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
                  "-" if not r["test_macro_f1"] else f"{statistics.fmean(r['test_macro_f1']):.3f}",
                  ", ".join(map(str, r["test_seeds"])) or "-"] for r in pair["leave_one_out"]]  # fmt: skip
         columns = [
-            "held-out task",
+            "task left out (choosing group)",
             "decision on the other tasks",
             "why",
             "chosen",
             "test macro-F1",
             "test seeds",
         ]
-        out.append(
-            report.Table(f"{pair['lever']} against {pair['base']}: leave one task out", columns, rows, notes)
-        )
+        title = f"{pair['lever']} against {pair['base']}: the rule, and leaving one choosing task out"
+        out.append(report.Table(title, columns, rows, notes))
     return out
 
 
@@ -202,7 +251,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
         ax.set_xticks(range(len(names)), names)
         ax.axhline(0.0, color="black", linewidth=0.8)
         agree = pair["fold_agreement"]
-        title = (f"{pair['lever']}\n− {pair['base']}: the rule {'adopts' if whole['adopt'] else 'keeps'}"
+        title = (f"{pair['lever']}\n− {pair['base']}: {pair['verdict']}"
                  f" ({agree['adopting']}/{agree['folds']} folds adopt)")  # fmt: skip
         if test and pair["honest_test_macro_f1"] is not None:
             title += f"; honest test {pair['honest_test_macro_f1']:.3f} (default {test['base_macro_f1']:.3f})"
@@ -243,7 +292,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--guards: unknown metric {', '.join(unknown)} (one of {', '.join(GUARDS)})")
     grid = report.read_json(args.validation)
     validation = grid["tasks"]
+    if peeked := split_groups(list(validation))[1]:
+        raise SystemExit(
+            f"--validation holds the held-out group's validation rows ({', '.join(peeked)}): the rule "
+            "chooses on the choosing group alone (docs/suite.md); run that grid without them"
+        )
     test = report.read_json(args.test)["tasks"] if args.test and args.test.exists() else None
+    held_names = [t for t, g in SUITE.items() if g == "held-out"]
     renames = dict(kv.split("=", 1) for kv in args.test_names.split(",") if kv)
     settings = {"validation": str(args.validation), "test": None if args.test is None else str(args.test),
                 "metric": METRIC, "guards": list(guards)}  # fmt: skip
@@ -259,11 +314,22 @@ def main(argv: list[str] | None = None) -> None:
             t: {"lever": d.get(lever), "base": d.get(base)} for t, d in grid.get("label_drift", {}).items()
         }
         gain = test_gain(test, lever, base, list(validation), renames)
-        payload["pairs"].append({"lever": lever, "base": base, "all_tasks": whole, "leave_one_out": rows,
+        held = (
+            held_out_check(test, lever, base, held_names, renames)
+            if whole["adopt"]
+            else {
+                "passes": None,
+                "why": "not scored: stage 1 keeps the default",
+                "per_task": {},
+                "mean": None,
+            }
+        )
+        payload["pairs"].append({"lever": lever, "base": base, "verdict": verdict(whole, held),
+                                 "all_tasks": whole, "held_out": held, "leave_one_out": rows,
                                  "honest_test_macro_f1": honest_mean(rows), "label_drift": drift,
                                  "fold_agreement": fold_agreement(rows),
                                  "test_gain": gain})  # fmt: skip
-    title = "Quality levers: the adoption rule, leave one task out"
+    title = "Quality levers: the adoption rule (choosing group, then held-out group)"
     report.write_all(args.out, args.name, title, report.finish(payload), tables(payload), plot)
 
 

@@ -56,7 +56,7 @@ from harness import (  # noqa: E402
     setup_logging,
 )
 from policies import POLICIES  # noqa: E402
-from round_stats import ReferenceJudge, junk_share, round_stats  # noqa: E402
+from round_stats import ReferenceJudge, junk_share, round_diversity, round_stats  # noqa: E402
 from tasks_report import write_outputs  # noqa: E402
 
 TASKS = ("drugs", "rotten_tomatoes", "imdb", "tweets", "trec")
@@ -244,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     judge = ReferenceJudge(embedder)
 
     def extras(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-        return {"rounds": round_stats(run_dir, manifest, judge)}
+        return {"rounds": round_stats(run_dir, manifest, judge),
+                "diversity": round_diversity(run_dir, manifest, judge)}  # fmt: skip
+
+    extras.keys = ("rounds", "diversity")  # type: ignore[attr-defined]  # what a kept record is brought up to
 
     twins = tuple(method for method, _ in table.values())
     try:

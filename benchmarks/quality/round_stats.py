@@ -17,6 +17,11 @@ each round and PLM:
 * ``similarity``: the mean cosine similarity between two of its samples of the same label (the
   judge's embeddings): rising over the rounds, the samples are collapsing onto a few examples;
 * ``rejects``: generated samples thrown away, by reason (from the manifest).
+
+And per round over all its PLMs (:func:`round_diversity`, issue 59: the loop must not narrow the
+data below round 0's diversity): the same-label cosine, the share of distinct word bigrams, the
+FID of the round's own samples to the task's validation split, and, for a round whose votes were
+released, the share of the noisy near-votes' variance that the public noise does not explain.
 """
 
 from __future__ import annotations
@@ -114,11 +119,22 @@ def pools_per_round(
 
 
 class ReferenceJudge:
-    """Per task, the label a classifier trained on ``TASK:fit`` gives a text (trained once)."""
+    """Per task, the label a classifier trained on ``TASK:fit`` gives a text (trained once), and
+    the embeddings of the task's validation split (the yardstick of a round's FID)."""
 
     def __init__(self, embedder: Any) -> None:
         self.embedder = embedder
         self._fitted: dict[str, Any] = {}
+        self._validation: dict[str, np.ndarray] = {}
+
+    def validation_embeddings(self, task_name: str) -> np.ndarray:
+        from wasp_vllm.data.records import load_test
+        from wasp_vllm.tasks import get_task
+
+        if task_name not in self._validation:
+            texts = load_test(f"{task_name}:validation", get_task(task_name)).texts
+            self._validation[task_name] = np.asarray(self.embedder.encode(texts), dtype=np.float64)
+        return self._validation[task_name]
 
     def predict(self, task_name: str, texts: list[str]) -> np.ndarray:
         from sklearn.linear_model import LogisticRegression
@@ -156,6 +172,56 @@ def round_stats(run_dir: Path, manifest: dict[str, Any], judge: ReferenceJudge) 
             mine = [(r, int(p)) for r, p in zip(rows, predicted, strict=True) if r["plm"] == plm]
             entry = _one(t, plm, mine, pools.get(t, {}), records.get(t, {}), task.labels)
             out.append(entry | {"similarity": same_label_similarity([r for r, _ in mine], judge.embedder)})
+    return out
+
+
+def distinct_bigrams(texts: list[str]) -> float | None:
+    """Distinct word bigrams over all bigrams of ``texts`` (None: no bigram): falling over the
+    rounds, the samples repeat each other's phrasing."""
+    grams = [g for text in texts for g in _bigrams(text)]
+    return len(set(grams)) / len(grams) if grams else None
+
+
+def _bigrams(text: str) -> list[tuple[str, str]]:
+    words = _WORD.findall(text.lower())
+    return list(zip(words, words[1:], strict=False))
+
+
+def signal_share(h_near: np.ndarray, sigma: float | None) -> float | None:
+    """``1 - sigma^2 / var(H_near)``, floored at 0: how much of the released votes' spread the
+    public noise does not explain (None without noise or votes)."""
+    h = np.asarray(h_near, dtype=float)
+    if sigma is None or h.size < 2:
+        return None
+    spread = float(np.var(h, ddof=1))
+    return 0.0 if spread <= 0.0 else max(0.0, 1.0 - float(sigma) ** 2 / spread)
+
+
+def round_diversity(run_dir: Path, manifest: dict[str, Any], judge: ReferenceJudge) -> list[dict[str, Any]]:
+    """Per round over all its PLMs (see the module doc): ``round``, ``n``, ``same_label_cosine``,
+    ``distinct_2``, ``fid_validation`` and ``signal_share`` (None where the round released no vote)."""
+    import pyarrow.parquet as pq
+
+    from wasp_vllm.evaluation.metrics import fid
+
+    validation = judge.validation_embeddings(manifest["task"])
+    sigma = manifest["privacy"]["plan"].get("sigma")
+    out = []
+    for t, table in enumerate(round_tables(run_dir)):
+        rows = table.select(["text", "label"]).to_pylist()
+        texts = [r["text"] for r in rows]
+        votes = run_dir / "private" / "rounds" / f"votes-{t:03d}.parquet"
+        h_near = (
+            pq.read_table(votes, columns=["h_near"]).column("h_near").to_numpy() if votes.exists() else None
+        )
+        spread = fid(np.asarray(judge.embedder.encode(texts)), validation) if len(texts) > 1 else None
+        out.append({
+            "round": t, "n": len(rows),
+            "same_label_cosine": same_label_similarity(rows, judge.embedder),
+            "distinct_2": distinct_bigrams(texts),
+            "fid_validation": spread,
+            "signal_share": None if h_near is None else signal_share(h_near, sigma),
+        })  # fmt: skip
     return out
 
 

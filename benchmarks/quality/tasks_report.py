@@ -17,20 +17,56 @@ from harness import DELTA, EMBEDDER, EPSILON, PLMS  # noqa: E402
 from round_stats import mean_over_seeds  # noqa: E402
 from seed_stats import METRICS, fmt, fmt_diff, mean_std, paired_diff  # noqa: E402
 
-TITLES = {"macro_f1": "macro-F1", "accuracy": "accuracy", "label_agreement": "label agreement", "fid": "FID"}
+from wasp_vllm.data.suite import SUITE  # noqa: E402
+
+TITLES = {"macro_f1": "macro-F1", "accuracy": "accuracy", "label_agreement": "label agreement", "fid": "FID",
+          "kept_share": "kept / generated"}  # fmt: skip
+#: Per round, what the loop must not narrow (issue 59), and which way is more diverse.
+DIVERSITY = {
+    "same_label_cosine": ("same-label cosine", "lower"),
+    "distinct_2": ("distinct bigrams", "higher"),
+    "fid_validation": ("FID of the round to validation", "lower"),
+}
+
+
+def group_of(task: str) -> str:
+    """The task's suite group (docs/suite.md): "choosing", "held-out", or "-" outside the suite."""
+    return SUITE.get(task, "-")
+
+
+def kept_share(run: dict[str, Any]) -> float | None:
+    """Samples kept over samples generated (kept + rejected, every reason) in one run."""
+    if run.get("kept") is None or run.get("rejects") is None:
+        return None
+    generated = run["kept"] + sum(run["rejects"].values())
+    return run["kept"] / generated if generated else None
 
 
 def per_task(
-    runs: list[dict], metrics: tuple[str, ...] = (*METRICS, "gen_s")
-) -> dict[str, dict[str, dict[str, list]]]:
-    """``{task: {method: {"seeds": [...], metric: [one value per seed], ...}}}`` of finished runs."""
-    out: dict[str, dict[str, dict[str, list]]] = {}
+    runs: list[dict], metrics: tuple[str, ...] = (*METRICS, "gen_s", "kept_share")
+) -> dict[str, dict[str, Any]]:
+    """``{task: {"group": its suite group, method: {"seeds": [...], metric: [one value per seed],
+    ...}}}`` of finished runs."""
+    out: dict[str, dict[str, Any]] = {}
     for r in sorted((r for r in runs if "error" not in r), key=lambda r: r["seed"]):
-        entry = out.setdefault(r["task"], {}).setdefault(r["method"], {"seeds": []})
+        task = out.setdefault(r["task"], {"group": group_of(r["task"])})
+        entry = task.setdefault(r["method"], {"seeds": []})
         entry["seeds"].append(r["seed"])
         for metric in metrics:
-            entry.setdefault(metric, []).append(r.get(metric))
+            entry.setdefault(metric, []).append(kept_share(r) if metric == "kept_share" else r.get(metric))
     return out
+
+
+def group_means(
+    tasks: dict[str, dict], names: list[str], order: list[str], metrics: tuple[str, ...] = METRICS
+) -> dict[str, dict[str, Any]]:
+    """``{"mean GROUP": averaged over that group's tasks}`` where ``names`` span two groups or more
+    (with one group, the plain average already is its mean)."""
+    groups = list(dict.fromkeys(group_of(t) for t in names))
+    if len(groups) < 2:
+        return {}
+    return {f"mean {g}": averaged(tasks, [t for t in names if group_of(t) == g], order, metrics)
+            for g in groups}  # fmt: skip
 
 
 def by_seed(entry: dict[str, list] | None, metric: str) -> dict[int, Any]:
@@ -56,11 +92,16 @@ def averaged(
 
 
 def paired_all(
-    tasks: dict, average: dict, methods: list[dict], metrics: tuple[str, ...] = METRICS
+    tasks: dict,
+    average: dict,
+    methods: list[dict],
+    metrics: tuple[str, ...] = METRICS,
+    means: dict[str, dict] | None = None,
 ) -> dict[str, dict[str, dict]]:
-    """``{task or "average": {"a − b": {metric: paired difference}}}`` for each method's pair."""
+    """``{task, "average" or a group mean: {"a − b": {metric: paired difference}}}`` for each
+    method's pair."""
     out: dict[str, dict[str, dict]] = {}
-    for where, table in [*tasks.items(), ("average", average)]:
+    for where, table in [*tasks.items(), ("average", average), *(means or {}).items()]:
         for m in methods:
             a, b = m["versus"]
             if a == b or a not in table or b not in table:
@@ -70,24 +111,96 @@ def paired_all(
     return out
 
 
-def _metric_table(metric: str, tasks: dict, average: dict, names: list[str], labels: dict) -> list[str]:
+def _columns(names: list[str], means: dict[str, dict]) -> list[str]:
+    """Column heads: each task with its suite group, then the average and the group means."""
+    return [f"{t} ({group_of(t)})" for t in names] + ["average", *means]
+
+
+def _metric_table(
+    metric: str, tasks: dict, average: dict, names: list[str], labels: dict, means: dict[str, dict]
+) -> list[str]:
     digits = 3
-    lines = [f"| {TITLES[metric]} | " + " | ".join(names) + " | average |", "|---" * (len(names) + 2) + "|"]
+    heads = _columns(names, means)
+    lines = [f"| {TITLES[metric]} | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
     for key, label in labels.items():
         cells = [fmt(tasks.get(t, {}).get(key, {}).get(metric, []), digits) for t in names]
-        cells.append(fmt(average.get(key, {}).get(metric, []), digits))
+        cells += [fmt(table.get(key, {}).get(metric, []), digits) for table in (average, *means.values())]
         if any(c != "-" for c in cells):
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
 
-def _paired_table(metric: str, paired: dict, names: list[str]) -> list[str]:
+def _paired_table(metric: str, paired: dict, names: list[str], means: dict[str, dict]) -> list[str]:
     pairs = list(dict.fromkeys(p for where in paired.values() for p in where))
-    lines = [f"| {TITLES[metric]}: a − b | " + " | ".join(names) + " | average |"]
-    lines.append("|---" * (len(names) + 2) + "|")
+    heads = _columns(names, means)
+    lines = [f"| {TITLES[metric]}: a − b | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
     for pair in pairs:
-        cells = [fmt_diff(paired.get(w, {}).get(pair, {}).get(metric)) for w in [*names, "average"]]
+        cells = [fmt_diff(paired.get(w, {}).get(pair, {}).get(metric)) for w in [*names, "average", *means]]
         lines.append(f"| {pair} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _round_values(run: dict[str, Any], metric: str) -> dict[int, float]:
+    """Per round, one run's ``metric`` over all its PLMs: from its ``diversity`` entries, or for
+    the same-label cosine of a record kept before them, its PLMs' cosines weighted by their counts."""
+    if run.get("diversity"):
+        return {e["round"]: e[metric] for e in run["diversity"] if e.get(metric) is not None}
+    if metric != "same_label_cosine" or not run.get("rounds"):
+        return {}
+    out = {}
+    for t in sorted({e["round"] for e in run["rounds"]}):
+        rows = [e for e in run["rounds"] if e["round"] == t and e.get("similarity") is not None]
+        rows = [e for e in rows if e["n"] > 1]
+        if rows:
+            out[t] = sum(e["n"] * e["similarity"] for e in rows) / sum(e["n"] for e in rows)
+    return out
+
+
+def diversity_change(runs: list[dict]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{task: {method: {metric: last round − round 0, paired by seed}}}`` for each
+    :data:`DIVERSITY` metric a run has per round."""
+    ends: dict[tuple[str, str, str], tuple[dict[int, float | None], dict[int, float | None]]] = {}
+    for r in runs:
+        if "error" in r:
+            continue
+        for metric in DIVERSITY:
+            values = _round_values(r, metric)
+            if len(values) > 1 and 0 in values:
+                first, last = ends.setdefault((r["task"], r["method"], metric), ({}, {}))
+                first[r["seed"]], last[r["seed"]] = values[0], values[max(values)]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (task, method, metric), (first, last) in ends.items():
+        if (diff := paired_diff(last, first)) is not None:
+            out.setdefault(task, {}).setdefault(method, {})[metric] = diff
+    return out
+
+
+def narrowed(metric: str, diff: dict[str, Any] | None) -> bool:
+    """The last round is less diverse than round 0 beyond the paired spread."""
+    if diff is None or diff["verdict"] != "gap":
+        return False
+    return diff["mean"] > 0 if DIVERSITY[metric][1] == "lower" else diff["mean"] < 0
+
+
+def signal_shares(runs: list[dict]) -> dict[str, dict[str, list[float]]]:
+    """``{task: {method: per seed, the mean signal share of its released votes}}``."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in sorted((r for r in runs if "error" not in r), key=lambda r: r["seed"]):
+        shares = [e["signal_share"] for e in r.get("diversity") or [] if e.get("signal_share") is not None]
+        if shares:
+            out.setdefault(r["task"], {}).setdefault(r["method"], []).append(statistics.fmean(shares))
+    return out
+
+
+def _diversity_table(change: dict, names: list[str], labels: dict) -> list[str]:
+    heads = [f"{t} ({group_of(t)})" for t in names]
+    lines = ["| last round − round 0 | method | " + " | ".join(heads) + " |", "|---" * (len(heads) + 2) + "|"]
+    for metric, (title, better) in DIVERSITY.items():
+        for key, label in labels.items():
+            diffs = [change.get(t, {}).get(key, {}).get(metric) for t in names]
+            if any(diffs):
+                cells = [fmt_diff(d) + (" **narrower**" if narrowed(metric, d) else "") for d in diffs]
+                lines.append(f"| {title} ({better} is more diverse) | {label} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -169,8 +282,11 @@ def _header(payload: dict[str, Any], stem: Path) -> list[str]:
         f"T={s['rounds']}, token cap {s['max_new_tokens'] or 'each task’s own'}, ε={EPSILON}, δ={DELTA}, "
         f"{s['run_config']}; embedder {EMBEDDER}; task model: logistic regression on the embeddings. "
         f"Seeds {s['seeds']}; mean ± std over seeds; 'average' is the mean over tasks per seed (seeds "
-        "every task finished). Paired differences a − b by seed: a gap inside its std is 'no gap' "
-        "(one seed: always 'no gap').",
+        "every task finished), 'mean GROUP' the same over one suite group's tasks (docs/suite.md: "
+        "defaults are chosen on the choosing group's validation splits; the held-out group's test "
+        "splits are scored only for the final table). Paired differences a − b by seed: a gap inside "
+        "its std is 'no gap' (one seed: always 'no gap'). Kept / generated: samples kept over samples "
+        "written (kept + rejected for any reason).",
         "",
         f"Runs: {len(payload['ran'])} ran, {len(payload['reused'])} reused from `--work` or the results "
         f"JSON, {len(payload['skipped'])} skipped (time budget"
@@ -188,19 +304,36 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
     order = [m["key"] for m in payload["methods"]]
     labels = {m["key"]: m["label"] for m in payload["methods"]}
     tasks = per_task(payload["runs"])
-    average = averaged(tasks, names, order)
-    payload |= {"tasks": tasks, "average": average, "paired": paired_all(tasks, average, payload["methods"])}
+    shown = (*METRICS, "kept_share")
+    average = averaged(tasks, names, order, shown)
+    means = group_means(tasks, names, order, shown)
+    paired = paired_all(tasks, average, payload["methods"], means=means)
+    payload |= {"tasks": tasks, "average": average, "group_means": means, "paired": paired}
     payload["rounds"] = rounds_by_task(payload["runs"])
     payload["label_drift"] = label_drift(payload["runs"])
+    payload["diversity"] = diversity_change(payload["runs"])
+    payload["signal_share"] = signal_shares(payload["runs"])
     report.write_json(stem.with_suffix(".json"), payload)
 
     md = _header(payload, stem)
-    for metric in METRICS:
-        md += [f"## {TITLES[metric]}", "", *_metric_table(metric, tasks, average, names, labels), ""]
+    for metric in shown:
+        md += [f"## {TITLES[metric]}", "", *_metric_table(metric, tasks, average, names, labels, means), ""]
     if payload["paired"]:
         md += ["## Paired differences (a − b, by seed)", ""]
         for metric in METRICS:
-            md += [*_paired_table(metric, payload["paired"], names), ""]
+            md += [*_paired_table(metric, payload["paired"], names, means), ""]
+    if payload["diversity"]:
+        md += ["## Diversity: last round − round 0 (paired by seed)", "",
+               "Over all PLMs of a round. **narrower**: less diverse at the last round than at round "
+               "0 beyond the paired spread (issue 59: the loop must not narrow the data). FID of a "
+               "round: its own samples against the task's validation split.", "",
+               *_diversity_table(payload["diversity"], names, labels), ""]  # fmt: skip
+    if payload["signal_share"]:
+        cells = "; ".join(f"{t} {m} {fmt(v, 3)}" for t, per in payload["signal_share"].items()
+                          for m, v in per.items())  # fmt: skip
+        md += ["## Signal share of the released votes", "",
+               "Per run the mean over its votes of 1 − σ²/var(H_near) (public: the noisy histogram and "
+               f"σ), mean ± std over seeds: {cells}.", ""]  # fmt: skip
     if payload["label_drift"]:
         md += ["## Label agreement over the rounds (last round − first, paired by seed)", "",
                "The label agreement of a round's samples over all its PLMs; a fall beyond its std "
@@ -230,30 +363,33 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
     md += ["", f"Plots: `{stem.name}.png` (macro-F1 per task and method, ± std over seeds), "
            f"`{stem.name}_junk.png` (WASP's share of samples with ≥ 2 emoji/#/@ per round).", ""]  # fmt: skip
     stem.with_suffix(".md").write_text("\n".join(md))
-    plot_macro_f1(tasks, average, names, labels, stem.with_suffix(".png"))
+    plot_macro_f1(tasks, {"average": average, **means}, names, labels, stem.with_suffix(".png"))
     plot_junk(payload["rounds"], payload["reference_junk_share"], stem.parent / f"{stem.name}_junk.png")
 
 
-def plot_macro_f1(tasks: dict, average: dict, names: list[str], labels: dict, path: Path) -> None:
+def plot_macro_f1(tasks: dict, averages: dict[str, dict], names: list[str], labels: dict, path: Path) -> None:
+    """Macro-F1 per task (labelled with its suite group), then per average (``averages``: the
+    overall one and the group means)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [*names, "average"]
+    groups = [*names, *averages]
     keys = [k for k in labels if any(k in tasks.get(t, {}) for t in names)]
     if not keys:
         return
     width = 0.8 / len(keys)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(groups) + 0.3 * len(keys)), 4.2))
     for i, key in enumerate(keys):
-        stats = [mean_std((tasks.get(g, {}) if g != "average" else average).get(key, {}).get("macro_f1", []))
+        stats = [mean_std((averages.get(g) or tasks.get(g, {})).get(key, {}).get("macro_f1", []))
                  for g in groups]  # fmt: skip
         means = [0.0 if math.isnan(m) else m for m, _ in stats]
         stds = [s or 0.0 for _, s in stats]
         xs = [j + (i - (len(keys) - 1) / 2) * width for j in range(len(groups))]
         ax.bar(xs, means, width, yerr=stds, capsize=3, label=labels[key])
-    ax.set_xticks(range(len(groups)), groups)
+    ticks = [f"{g}\n({group_of(g)})" if g in names and group_of(g) != "-" else g for g in groups]
+    ax.set_xticks(range(len(groups)), ticks, fontsize=8)
     ax.set_ylabel("macro-F1")
     ax.set_ylim(bottom=0.0)
     ax.set_title("macro-F1 per task (mean ± std over seeds)")
@@ -288,7 +424,8 @@ def plot_junk(rounds: dict, reference: dict, path: Path, method: str = "wasp") -
     ax.set_ylabel("share with ≥ 2 emoji / # / @")
     ax.set_title("WASP samples per round (dotted: the real records)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # a grid without WASP rounds has nothing to name
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
