@@ -352,6 +352,39 @@ def test_the_signal_switch_falls_back_to_zero_shot_and_even_plms_only_where_the_
     )
 
 
+def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:
+    """Where the switch fires on every vote, the run is FuseGen's (same prompts, seeds and shares,
+    so the same samples): the policy cannot do worse than zero-shot there by construction, and its
+    row in a grid can differ from FuseGen's only through a vote whose signal share reached the
+    threshold. Fake engine and embedder: the subject is which prompts and shares the loop asks for."""
+    import policies
+    import pyarrow.parquet as pq
+
+    from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
+    from tests.privacy_checks import private_texts
+    from wasp_vllm.config import RunConfig
+    from wasp_vllm.pipeline import Run, prepare
+
+    labels = ["positive", "neutral", "negative"]
+    private = tmp_path / "p.csv"
+    rows = [f"{t},{labels[i % 3]}" for i, t in enumerate(private_texts(30, seed=5))]
+    private.write_text("text,label\n" + "\n".join(rows) + "\n")
+    base = dict(plms=["a", "b"], task="drugs", private=str(private), private_limit=None, n=60, rounds=3,
+                q=2, s=2, noise_seed=1, concurrent=False)  # fmt: skip
+
+    def texts(cfg: RunConfig, out: Path, **policy) -> list[tuple[str, str, str]]:
+        Run(prepare(cfg), out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
+            embedder=HashEmbedderForTests(), **policy).execute()  # fmt: skip
+        table = pq.read_table(out / "synthetic.parquet", columns=["text", "label", "plm"])
+        return list(zip(*(table.column(c).to_pylist() for c in ("text", "label", "plm")), strict=True))
+
+    fusegen = texts(RunConfig(**base, strategy="fusegen"), tmp_path / "fusegen")
+    always = policies.SignalSwitchPolicy(threshold=2.0)  # a share is at most 1: it always falls back
+    assert texts(RunConfig(**base), tmp_path / "switch", policy=always) == fusegen
+    never = policies.SignalSwitchPolicy(threshold=-1.0)  # never falls back: the paper's WASP
+    assert texts(RunConfig(**base), tmp_path / "wasp", policy=never) != fusegen
+
+
 def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
     """restore_records puts a results JSON's finished runs back under the keys they were kept by, so
     the benchmark finds them; a run without a key, or with a name that leaves the cache, is not."""

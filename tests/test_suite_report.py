@@ -193,3 +193,27 @@ def test_a_kept_record_gets_todays_figures_from_its_run_folder_without_running_a
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"macro_f1": 0.5, "run_dir": str(run_dir), "timings_s": {}, "tokens": {}}))
     assert "diversity" not in harness._with_extras(other, extras) and len(calls) == 1
+
+
+def test_relabel_against_reject_on_the_same_samples():
+    """Four samples asked for labels 0, 0, 1, 1; the second and fourth read as another label."""
+    import relabel
+
+    asked = np.array([0, 0, 1, 1])
+    leads = np.array([0.2, -0.1, 0.0, -0.3])  # a lead of 0 is on-label (a tie keeps the sample)
+    reads_as = np.array([0, 2, 1, 0])
+    judged = np.array([0, 2, 1, 1])  # the reference classifier agrees with the relabelled second
+    found = relabel.outcomes(asked, leads, reads_as, judged, generated=8, n_labels=3)
+    assert found["reject"] == {"kept_share": 0.25, "label_agreement": 1.0, "largest_label_share": 0.5}
+    assert found["relabel"]["kept_share"] == 0.5 and found["relabel"]["label_agreement"] == 0.75
+    assert found["relabel"]["largest_label_share"] == 0.5  # labels 0, 2, 1, 0
+    assert found["as_written"]["label_agreement"] == 0.75 and found["as_written"]["kept_share"] == 0.5
+    runs = [{"task": "trec", "seed": s, **relabel.outcomes(asked, leads, reads_as, judged, 8 + s, 3)}
+            for s in (0, 1)]  # fmt: skip
+    per = relabel.summary(runs)["trec"]
+    assert per["group"] == "choosing" and per["seeds"] == [0, 1]
+    gain = per["relabel − reject"]["kept_share"]
+    assert gain["diffs"] == pytest.approx([0.25, 2 / 9]) and gain["verdict"] == "gap"
+    assert relabel.overall({"trec": per})["reject"]["label_agreement"] == 1.0
+    with pytest.raises(SystemExit, match="held-out group"):
+        relabel.main(["--tasks", "trec,products"])

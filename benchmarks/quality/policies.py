@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import round_stats  # the same figure the tasks grid reports per vote
 
 from wasp_vllm.pipeline.policy import ChosenPools, PaperPolicy, VotedSamples
 from wasp_vllm.privacy.voting import NoisyVotes
@@ -23,10 +24,7 @@ from wasp_vllm.privacy.voting import NoisyVotes
 def signal_share(votes: NoisyVotes) -> float:
     """The share of the noisy near-votes' variance that the public noise does not explain,
     ``1 - sigma^2 / var(H_near)`` (0 where the votes are no more spread than noise alone)."""
-    spread = float(np.var(votes.h_near, ddof=1)) if votes.h_near.size > 1 else 0.0
-    if spread <= 0.0 or votes.sigma is None:
-        return 0.0
-    return max(0.0, 1.0 - float(votes.sigma) ** 2 / spread)
+    return round_stats.signal_share(votes.h_near, votes.sigma) or 0.0
 
 
 class SignalSwitchPolicy(PaperPolicy):

@@ -1,0 +1,222 @@
+"""Re-labelling a sample that reads as another label, against rejecting it (issue 59, item 5).
+
+Today the label check (``--label-check drop``) rejects a sample whose embedding is nearer another
+label's description than its own, and asks for it again: about 2.3 samples are written for every
+one kept. Re-labelling would keep it under the label it reads as (public: the sample, the task's
+label descriptions and the embedder; no privacy cost). This measures both on the same samples:
+
+* per task and seed, one round of zero-shot prompts to both PLMs with the label check off (FuseGen's
+  first round: the product's other checks still drop empty samples, copies and prompt echoes);
+* the run's own label check, read offline, splits the kept samples into on-label and off-label;
+* *reject* keeps the on-label ones; *relabel* keeps all, an off-label one under the label it reads
+  as; *as written* keeps all under the label they were asked for (the label check off);
+* for each: kept / generated (generated = every sample written, the other checks' rejects
+  included), label agreement against a classifier trained on ``TASK:fit`` (as the tasks grid's),
+  and the largest label's share of what is kept (re-labelling may pile samples onto one label).
+
+Zero-shot samples only: WASP's few-shot rounds may miss their label at another rate. The choosing
+group's tasks only (docs/suite.md): this chooses, so the held-out group is refused. FuseGen does
+not vote: no private record decides anything here.
+
+    python benchmarks/quality/relabel.py                      # choosing group, 2 seeds, N = 90
+    python benchmarks/quality/relabel.py --tasks trec --seeds 1 --n 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+import report  # noqa: E402
+from harness import (  # noqa: E402
+    AUTO_ENGINE,
+    PLMS,
+    REPO,
+    CachedEmbedder,
+    Data,
+    EnginePool,
+    Method,
+    Settings,
+    manifest_rejects,
+    run_config,
+    setup_logging,
+)
+from round_stats import ReferenceJudge  # noqa: E402
+from seed_stats import fmt, fmt_diff, paired_diff  # noqa: E402
+
+from wasp_vllm.data.suite import SUITE  # noqa: E402
+
+WAYS = ("reject", "relabel", "as_written")
+#: One zero-shot round of both PLMs, every sample kept that the product's other checks pass.
+METHOD = Method("fusegen-label-check-off", "zero-shot, label check off", "lever",
+                {"strategy": "fusegen", "plms": list(PLMS), "label_check": "off"})  # fmt: skip
+
+
+def outcomes(asked: np.ndarray, leads: np.ndarray, reads_as: np.ndarray, judged: np.ndarray,
+             generated: int, n_labels: int) -> dict[str, dict[str, float | None]]:  # fmt: skip
+    """Each way's kept / generated, label agreement and largest label share, from the label each
+    sample was asked for (``asked``), the label check's lead of its own label (``leads``, negative:
+    off-label) and the label it reads as (``reads_as``), and the reference classifier's label."""
+    on = leads >= 0
+    kept = {"reject": (on, asked), "relabel": (np.ones_like(on), np.where(on, asked, reads_as)),
+            "as_written": (np.ones_like(on), asked)}  # fmt: skip
+    out: dict[str, dict[str, float | None]] = {}
+    for way, (mask, labels) in kept.items():
+        n = int(mask.sum())
+        counts = np.bincount(labels[mask], minlength=n_labels)
+        out[way] = {
+            "kept_share": n / generated if generated else None,
+            "label_agreement": float(np.mean(judged[mask] == labels[mask])) if n else None,
+            "largest_label_share": float(counts.max() / n) if n else None,
+        }
+    return out
+
+
+def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder: Any, judge: Any) -> dict:
+    """One zero-shot round on ``task``, then every way's figures on its samples."""
+    import pyarrow.parquet as pq
+
+    from wasp_vllm.pipeline import Run, prepare
+    from wasp_vllm.pipeline.label_check import LabelCheck
+    from wasp_vllm.tasks import get_task
+
+    spec = get_task(task)
+    settings = Settings(args.engine, args.n, 1, None, args.work / task)
+    out = args.work / task / f"relabel_s{seed}"
+    start = time.perf_counter()
+    manifest = Run(prepare(run_config(METHOD, seed, Data(task, "validation"), settings)), out,
+                   engine_factory=pool, embedder=embedder).execute(overwrite=True).to_json()  # fmt: skip
+    texts = pq.read_table(out / "synthetic.parquet", columns=["text"]).column("text").to_pylist()
+    labels = pq.read_table(out / "synthetic.parquet", columns=["label"]).column("label").to_pylist()
+    asked = np.array([spec.labels.index(x) for x in labels])
+    check = LabelCheck(spec, embedder)
+    embeddings = np.asarray(embedder.encode(texts), dtype=np.float32)
+    generated = len(texts) + sum(manifest_rejects(manifest).values())
+    found = outcomes(asked, check.leads(embeddings, labels), check.scores(embeddings).argmax(axis=1),
+                     judge.predict(task, texts), generated, len(spec.labels))  # fmt: skip
+    return {"task": task, "seed": seed, "generated": generated, "written": len(texts),
+            "seconds": round(time.perf_counter() - start, 1), **found}  # fmt: skip
+
+
+def summary(runs: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per task: each way's figures over seeds, and relabel − reject paired by seed."""
+    out: dict[str, dict[str, Any]] = {}
+    for task in dict.fromkeys(r["task"] for r in runs):
+        mine = [r for r in runs if r["task"] == task]
+        row: dict[str, Any] = {"group": SUITE.get(task, "-"), "seeds": [r["seed"] for r in mine]}
+        for way in WAYS:
+            row[way] = {k: [r[way][k] for r in mine] for k in mine[0][way]}
+        by_seed = {way: {k: {r["seed"]: r[way][k] for r in mine} for k in mine[0][way]} for way in WAYS}
+        row["relabel − reject"] = {
+            k: paired_diff(by_seed["relabel"][k], by_seed["reject"][k])
+            for k in ("kept_share", "label_agreement")
+        }
+        out[task] = row
+    return out
+
+
+def overall(per_task: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each way's figures, the mean over tasks of each task's mean over seeds."""
+
+    def mean(way: str, k: str) -> float:
+        return statistics.fmean(
+            statistics.fmean(v for v in r[way][k] if v is not None) for r in per_task.values()
+        )
+
+    return {
+        way: {k: mean(way, k) for k in ("kept_share", "label_agreement", "largest_label_share")}
+        for way in WAYS
+    }
+
+
+def tables(payload: dict[str, Any]) -> list[report.Table]:
+    names = {"reject": "reject (today)", "relabel": "relabel", "as_written": "as written (check off)"}
+    rows = []
+    for task, row in payload["tasks"].items():
+        for way in WAYS:
+            figures = (fmt(row[way][k], 3) for k in ("kept_share", "label_agreement", "largest_label_share"))
+            rows.append([f"{task} ({row['group']})", names[way], *figures])
+        diff = row["relabel − reject"]
+        rows.append([f"{task} ({row['group']})", "relabel − reject (paired)", fmt_diff(diff["kept_share"]),
+                     fmt_diff(diff["label_agreement"]), "-"])  # fmt: skip
+    for way, figures in payload["overall"].items():
+        rows.append(["mean over tasks", names[way], *(f"{figures[k]:.3f}" for k in
+                     ("kept_share", "label_agreement", "largest_label_share"))])  # fmt: skip
+    notes = ["kept / generated: samples kept over every sample written (the other checks' rejects "
+             "included); label agreement: against a classifier trained on TASK:fit; largest label: "
+             "the largest label's share of what is kept (asked: an even split). Mean ± std over seeds.",
+             "The goal (issue 59): kept / generated ≥ 0.7 without losing label agreement."]  # fmt: skip
+    columns = ["task (group)", "way", "kept / generated", "label agreement", "largest label share"]
+    return [report.Table("Reject or relabel an off-label sample (one zero-shot round, both PLMs)", columns,
+                         rows, notes)]  # fmt: skip
+
+
+def plot(payload: dict[str, Any], path: Path) -> None:
+    """Per task, kept / generated against label agreement for each way (mean over seeds)."""
+    plt = report.pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for way, marker in zip(WAYS, ("o", "s", "^"), strict=True):
+        xs = [statistics.fmean(r[way]["kept_share"]) for r in payload["tasks"].values()]
+        ys = [statistics.fmean(r[way]["label_agreement"]) for r in payload["tasks"].values()]
+        ax.scatter(xs, ys, marker=marker, label=way.replace("_", " "))
+        for task, x, y in zip(payload["tasks"], xs, ys, strict=True):
+            ax.annotate(task, (x, y), fontsize=6, alpha=0.7)
+    ax.axvline(0.7, color="grey", linestyle=":", label="goal: kept / generated 0.7")
+    ax.set_xlabel("kept / generated")
+    ax.set_ylabel("label agreement")
+    ax.set_title("Reject or relabel an off-label sample, per task")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    choosing = [t for t, g in SUITE.items() if g == "choosing"]
+    p.add_argument("--tasks", default=",".join(choosing), help="comma list (default: the choosing group)")
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--n", type=int, default=90, help="samples per task and seed (one round, both PLMs)")
+    p.add_argument("--engine", choices=("vllm", "hf"), default=AUTO_ENGINE)
+    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-relabel")
+    p.add_argument("--out", type=Path, default=report.RESULTS)
+    p.add_argument("--name", default="relabel")
+    args = p.parse_args(argv)
+    tasks = args.tasks.split(",")
+    if unknown := [t for t in tasks if t not in SUITE]:
+        raise SystemExit(f"--tasks: not in the suite: {', '.join(unknown)} (one of {', '.join(SUITE)})")
+    if held := [t for t in tasks if SUITE[t] == "held-out"]:
+        raise SystemExit(
+            f"--tasks: {', '.join(held)} belong to the held-out group; choose on the choosing group"
+        )
+    setup_logging()
+    settings = {"tasks": tasks, "seeds": args.seeds, "n": args.n, "engine": args.engine, "plms": list(PLMS)}
+    payload = report.start(__file__, sys.argv[1:] if argv is None else argv, settings)
+    embedder, pool = CachedEmbedder.on_disk(), EnginePool(args.engine)
+    judge = ReferenceJudge(embedder)
+    try:
+        payload["runs"] = [
+            measure(t, s, args, pool, embedder, judge) for s in range(args.seeds) for t in tasks
+        ]
+    finally:
+        pool.close()
+        embedder.flush()
+    payload["tasks"] = summary(payload["runs"])
+    payload["overall"] = overall(payload["tasks"])
+    title = "Re-labelling against rejecting an off-label sample"
+    report.write_all(args.out, args.name, title, report.finish(payload), tables(payload), plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
