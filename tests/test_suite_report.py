@@ -217,3 +217,14 @@ def test_relabel_against_reject_on_the_same_samples():
     assert relabel.overall({"trec": per})["reject"]["label_agreement"] == 1.0
     with pytest.raises(SystemExit, match="held-out group"):
         relabel.main(["--tasks", "trec,products"])
+
+
+def test_a_validation_grid_runs_the_choosing_group_and_refuses_a_held_out_task():
+    import quality_tasks
+
+    assert quality_tasks.parse_args(["--split", "validation"]).tasks == [
+        "drugs", "rotten_tomatoes", "imdb", "tweets", "trec", "editorials", "conventions"
+    ]  # fmt: skip
+    assert len(quality_tasks.parse_args(["--split", "test"]).tasks) == 10
+    with pytest.raises(SystemExit, match="held-out group's validation splits are never looked at"):
+        quality_tasks.main(["--split", "validation", "--tasks", "trec,disaster"])

@@ -1,4 +1,4 @@
-"""Synthetic-data quality of WASP and its baselines over every built-in task: methods x tasks x seeds.
+"""Synthetic-data quality of WASP and its baselines over the task suite: methods x tasks x seeds.
 
 Settings are chosen on the validation splits of all tasks, never on one (docs: "How quality
 choices are made"); this is the command that measures them.  Per run, as ``quality.py`` (whose
@@ -59,7 +59,11 @@ from policies import POLICIES  # noqa: E402
 from round_stats import ReferenceJudge, junk_share, round_diversity, round_stats  # noqa: E402
 from tasks_report import write_outputs  # noqa: E402
 
-TASKS = ("drugs", "rotten_tomatoes", "imdb", "tweets", "trec")
+from wasp_vllm.data.suite import SUITE  # noqa: E402
+
+#: The suite (docs/suite.md): a validation grid runs the choosing group, a test grid every task.
+TASKS = tuple(SUITE)
+CHOOSING = tuple(t for t, group in SUITE.items() if group == "choosing")
 QUICK_TASKS = ("tweets", "trec")
 DEFAULT_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "aug-pe:gemma3", "wasp")
 QUICK_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "wasp")
@@ -112,7 +116,10 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="CI size: tweets,trec; N=24, T=2, 1 seed, 4 methods")
-    p.add_argument("--tasks", default=None, help=f"comma list of built-in tasks (default {','.join(TASKS)})")
+    p.add_argument(
+        "--tasks", default=None,
+        help="comma list of built-in tasks (default: the choosing group on validation, every task on test)",
+    )  # fmt: skip
     p.add_argument(
         "--split", choices=("validation", "test"), default="validation",
         help="what is scored: validation (to choose settings) or test (the final table only)",
@@ -144,7 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--name", default=None, help="output stem (default quality_tasks{_quick,_test})")
     args = p.parse_args(argv)
     args.score_from = [Path(w) for w in args.score_from.split(",") if w]
-    args.tasks = (args.tasks or ",".join(QUICK_TASKS if args.quick else TASKS)).split(",")
+    default = QUICK_TASKS if args.quick else CHOOSING if args.split == "validation" else TASKS
+    args.tasks = (args.tasks or ",".join(default)).split(",")
     args.methods = (args.methods or ",".join(QUICK_METHODS if args.quick else DEFAULT_METHODS)).split(",")
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.n = args.n or (24 if args.quick else 300)
@@ -170,6 +178,11 @@ def _check(args: argparse.Namespace, table: dict[str, Any]) -> None:
 
     if unknown := [t for t in args.tasks if t not in BUILTIN]:
         raise SystemExit(f"--tasks: no built-in set {unknown}; one of {', '.join(BUILTIN)}")
+    if args.split == "validation" and (held := [t for t in args.tasks if SUITE.get(t) == "held-out"]):
+        raise SystemExit(
+            f"--tasks {','.join(held)}: the held-out group's validation splits are never looked at "
+            "(docs/suite.md); its test splits are scored for the final table (--split test)"
+        )
     if unknown := [m for m in args.methods if m not in table]:
         raise SystemExit(f"--methods: no method {unknown}; one of {', '.join(table)}")
     if missing := [str(w) for w in args.score_from if not w.is_dir()]:
