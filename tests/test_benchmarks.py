@@ -352,6 +352,29 @@ def test_the_signal_switch_falls_back_to_zero_shot_and_even_plms_only_where_the_
     )
 
 
+def test_diverse_pools_spread_each_labels_examples_among_its_best_voted() -> None:
+    """Among a label's 2S best voted, near-copies of the best are passed over for samples unlike it;
+    nothing outside the 2S best is shown."""
+    import policies
+
+    from wasp_vllm.pipeline.policy import VotedSamples
+    from wasp_vllm.privacy.voting import NoisyVotes
+
+    # label 0 at S = 2: rows 0-2 near-copies (the best voted), row 3 another direction, rows 4-5
+    # unlike all of them but voted least (outside the 2S = 4 best); label 1: row 6 alone
+    emb = np.array([[1, 0], [1, 0.01], [1, 0.02], [0, 1], [0.7, 0.7], [-1, 0], [0, -1]], np.float32)
+    votes = np.array([9.0, 8.0, 7.0, 6.0, 1.0, 0.5, 5.0])
+    labels = np.array([0, 0, 0, 0, 0, 0, 1])
+    samples = VotedSamples(texts=[f"s{i}" for i in range(7)], labels=labels, plms=np.zeros(7, int),
+                           embeddings=emb, n_labels=2, n_plms=1)  # fmt: skip
+    chosen = policies.policy_of("diverse-pools").pools(NoisyVotes(votes, None, 1.0, 8), samples, 2)
+    assert chosen.good[0].tolist() == [0, 3]  # the best voted, then the least like it of the best 4
+    assert chosen.good[1].tolist() == [6]
+    paper = policies.PaperPolicy().pools(NoisyVotes(votes, None, 1.0, 8), samples, 2)
+    assert paper.good[0].tolist() == [0, 1]  # the paper shows two near-copies
+    assert policies.spread_out(np.array([4, 2]), emb, 3).tolist() == [4, 2]  # fewer than S: all
+
+
 def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:
     """Where the switch fires on every vote, the run is FuseGen's (same prompts, seeds and shares,
     so the same samples): the policy cannot do worse than zero-shot there by construction, and its
