@@ -114,7 +114,7 @@ def test_the_written_tables_name_each_task_with_its_group(tmp_path: Path):
     heads = "trec (choosing) | products (held-out) | average | mean choosing | mean held-out |"
     assert f"| macro-F1 | {heads}" in md
     assert "| kept / generated |" in md and "0.667 ± 0.000" in md
-    assert "| same-label cosine (lower is more diverse) | WASP | +0.100 ± 0.000 **narrower** |" in md
+    assert "| same-label cosine (lower: more diverse) | WASP | +0.100 ± 0.000 **narrower** |" in md
     assert (tmp_path / "grid.png").stat().st_size > 1000
 
 

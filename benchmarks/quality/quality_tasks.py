@@ -62,8 +62,8 @@ from tasks_report import write_outputs  # noqa: E402
 from wasp_vllm.data.suite import SUITE  # noqa: E402
 
 #: The suite (docs/suite.md): a validation grid runs the choosing group, a test grid every task.
-TASKS = tuple(SUITE)
 CHOOSING = tuple(t for t, group in SUITE.items() if group == "choosing")
+TASKS = (*CHOOSING, *(t for t in SUITE if t not in CHOOSING))
 QUICK_TASKS = ("tweets", "trec")
 DEFAULT_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "aug-pe:gemma3", "wasp")
 QUICK_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "wasp")

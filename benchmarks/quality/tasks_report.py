@@ -21,11 +21,12 @@ from wasp_vllm.data.suite import SUITE  # noqa: E402
 
 TITLES = {"macro_f1": "macro-F1", "accuracy": "accuracy", "label_agreement": "label agreement", "fid": "FID",
           "kept_share": "kept / generated"}  # fmt: skip
-#: Per round, what the loop must not narrow (issue 59), and which way is more diverse.
+#: Per round, what the loop must not make worse (issue 59): the title, which way is better and why,
+#: and what a last round worse than round 0 beyond its spread is called.
 DIVERSITY = {
-    "same_label_cosine": ("same-label cosine", "lower"),
-    "distinct_2": ("distinct bigrams", "higher"),
-    "fid_validation": ("FID of the round to validation", "lower"),
+    "same_label_cosine": ("same-label cosine", "lower", "more diverse", "narrower"),
+    "distinct_2": ("distinct bigrams", "higher", "more diverse", "narrower"),
+    "fid_validation": ("FID of the round to validation", "lower", "nearer the real texts", "farther"),
 }
 
 
@@ -195,12 +196,12 @@ def signal_shares(runs: list[dict]) -> dict[str, dict[str, list[float]]]:
 def _diversity_table(change: dict, names: list[str], labels: dict) -> list[str]:
     heads = [f"{t} ({group_of(t)})" for t in names]
     lines = ["| last round − round 0 | method | " + " | ".join(heads) + " |", "|---" * (len(heads) + 2) + "|"]
-    for metric, (title, better) in DIVERSITY.items():
+    for metric, (title, better, why, worse) in DIVERSITY.items():
         for key, label in labels.items():
             diffs = [change.get(t, {}).get(key, {}).get(metric) for t in names]
             if any(diffs):
-                cells = [fmt_diff(d) + (" **narrower**" if narrowed(metric, d) else "") for d in diffs]
-                lines.append(f"| {title} ({better} is more diverse) | {label} | " + " | ".join(cells) + " |")
+                cells = [fmt_diff(d) + (f" **{worse}**" if narrowed(metric, d) else "") for d in diffs]
+                lines.append(f"| {title} ({better}: {why}) | {label} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -324,9 +325,10 @@ def write_outputs(payload: dict[str, Any], stem: Path) -> None:
             md += [*_paired_table(metric, payload["paired"], names, means), ""]
     if payload["diversity"]:
         md += ["## Diversity: last round − round 0 (paired by seed)", "",
-               "Over all PLMs of a round. **narrower**: less diverse at the last round than at round "
-               "0 beyond the paired spread (issue 59: the loop must not narrow the data). FID of a "
-               "round: its own samples against the task's validation split.", "",
+               "Over all PLMs of a round. **narrower** (**farther**): less diverse (farther from the "
+               "real texts) at the last round than at round 0 beyond the paired spread (issue 59: the "
+               "loop must not narrow the data). FID of a round: its own samples against the task's "
+               "validation split.", "",
                *_diversity_table(payload["diversity"], names, labels), ""]  # fmt: skip
     if payload["signal_share"]:
         cells = "; ".join(f"{t} {m} {fmt(v, 3)}" for t, per in payload["signal_share"].items()
