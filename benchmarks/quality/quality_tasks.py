@@ -1,7 +1,8 @@
 """Synthetic-data quality of WASP and its baselines over the task suite: methods x tasks x seeds.
 
-Settings are chosen on the validation splits of all tasks, never on one (docs: "How quality
-choices are made"); this is the command that measures them.  Per run, as ``quality.py`` (whose
+Settings are chosen on the validation splits of the suite's choosing group, never on one task,
+and checked once on the held-out group's test splits (docs/quality.md, the rule; docs/suite.md);
+this is the command that measures them.  Per run, as ``quality.py`` (whose
 machinery it shares, ``harness.py``): M private records drawn from ``TASK:fit`` by keyed hash
 (seeded), the synthetic set scored on ``TASK:validation`` (or ``TASK:test`` for the final table)
 by a logistic regression on MiniLM embeddings, label agreement against a classifier trained on
