@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -392,8 +393,8 @@ def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(t
     private = tmp_path / "p.csv"
     rows = [f"{t},{labels[i % 3]}" for i, t in enumerate(private_texts(30, seed=5))]
     private.write_text("text,label\n" + "\n".join(rows) + "\n")
-    base = dict(plms=["a", "b"], task="drugs", private=str(private), private_limit=None, n=60, rounds=3,
-                q=2, s=2, noise_seed=1, concurrent=False)  # fmt: skip
+    base: dict[str, Any] = dict(plms=["a", "b"], task="drugs", private=str(private), private_limit=None,
+                                n=60, rounds=3, q=2, s=2, noise_seed=1, concurrent=False)  # fmt: skip
 
     def texts(cfg: RunConfig, out: Path, **policy) -> list[tuple[str, str, str]]:
         Run(prepare(cfg), out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
