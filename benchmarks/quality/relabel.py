@@ -95,8 +95,8 @@ def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder:
     start = time.perf_counter()
     manifest = Run(prepare(run_config(METHOD, seed, Data(task, "validation"), settings)), out,
                    engine_factory=pool, embedder=embedder).execute(overwrite=True).to_json()  # fmt: skip
-    texts = pq.read_table(out / "synthetic.parquet", columns=["text"]).column("text").to_pylist()
-    labels = pq.read_table(out / "synthetic.parquet", columns=["label"]).column("label").to_pylist()
+    written = pq.read_table(out / "synthetic.parquet", columns=["text", "label"])
+    texts, labels = written.column("text").to_pylist(), written.column("label").to_pylist()
     asked = np.array([spec.labels.index(x) for x in labels])
     check = LabelCheck(spec, embedder)
     embeddings = np.asarray(embedder.encode(texts), dtype=np.float32)
