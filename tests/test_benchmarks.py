@@ -376,6 +376,34 @@ def test_diverse_pools_spread_each_labels_examples_among_its_best_voted() -> Non
     assert policies.spread_out(np.array([4, 2]), emb, 3).tolist() == [4, 2]  # fewer than S: all
 
 
+def test_wide_pools_hold_each_labels_4s_best_voted_and_prompts_draw_more_than_s() -> None:
+    """The pool is the label's 4S best voted, best first (nothing voted less); a label's example
+    draws then show more than S distinct samples, where the paper's pool shows the same S."""
+    import policies
+
+    from wasp_vllm.pipeline.policy import VotedSamples
+    from wasp_vllm.privacy.voting import NoisyVotes
+    from wasp_vllm.strategies import STRATEGIES, PromptKind
+
+    n, s = 100, 2
+    votes = NoisyVotes(np.arange(n, dtype=float)[::-1].copy(), np.zeros(n), 1.0, 8)  # row 0 best
+    samples = VotedSamples(texts=[f"s{i}" for i in range(n)], labels=np.arange(n) % 2,
+                           plms=np.zeros(n, int), embeddings=np.zeros((n, 4), np.float32),
+                           n_labels=2, n_plms=1)  # fmt: skip
+    chosen = policies.policy_of("wide-pools").pools(votes, samples, s)
+    assert chosen.good[0].tolist() == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert chosen.good[1].tolist() == [1, 3, 5, 7, 9, 11, 13, 15]
+    assert not set(chosen.bad[0].tolist()) & set(chosen.good[0].tolist())
+    rng, wasp = np.random.default_rng(0), STRATEGIES["wasp"]
+    for pool, at_least in [
+        (chosen.good[0], s + 1),
+        (policies.PaperPolicy().pools(votes, samples, s).good[0], s),
+    ]:
+        texts = [samples.texts[i] for i in pool]
+        shown = {x for _ in range(4) for x in wasp.draw_examples(PromptKind.FEW_SHOT, texts, [], s, rng)[0]}
+        assert len(shown) >= at_least and (len(shown) == s) == (len(pool) == s)
+
+
 def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:
     """Where the switch fires on every vote, the run is FuseGen's (same prompts, seeds and shares,
     so the same samples): the policy cannot do worse than zero-shot there by construction, and its

@@ -70,6 +70,26 @@ class DiversePoolsPolicy(PaperPolicy):
         return ChosenPools(good=good, bad=bad)
 
 
+class WidePoolsPolicy(PaperPolicy):
+    """The paper's rules, but each label's good pool is its ``widen * S`` best voted, and each of
+    a label's example draws (``--example-sets`` per PLM and round) is a random ``S`` of them. With
+    the paper's pool of exactly ``S``, every prompt of a label shows the same ``S`` samples, so the
+    next round's samples of that label are all written after one set of examples; after round 0 the
+    votes are mostly noise (signal share 0.12-0.16 on the newer tasks), so the wider pool gives up
+    little of what the private data chose."""
+
+    def __init__(self, widen: int = 4) -> None:
+        self.widen = widen
+        self.name = f"wide-pools-{widen}"
+
+    def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
+        paper = super().pools(votes, samples, s)
+        wide = select_pools(votes.h_near, None, samples.labels, self.widen * s, samples.n_labels)
+        good = {c: p.good for c, p in wide.items()}
+        bad = {c: np.setdiff1d(paper.bad[c], good[c], assume_unique=True) for c in paper.bad}
+        return ChosenPools(good=good, bad=bad)
+
+
 def spread_out(rows: np.ndarray, embeddings: np.ndarray, s: int) -> np.ndarray:
     """``s`` of ``rows`` (best first), greedily farthest apart: the first row, then each time the
     row whose highest cosine to those chosen is lowest."""
@@ -92,6 +112,8 @@ POLICIES: dict[str, tuple[str, Callable[[], Any]]] = {
     "signal-switch": ("WASP, zero-shot and even PLMs where the votes are mostly noise", SignalSwitchPolicy),
     # The loop narrows the data (same-label cosine, issue 59): show examples unlike each other.
     "diverse-pools": ("WASP, each label's examples spread out among its 2S best voted", DiversePoolsPolicy),
+    # Every prompt of a label shows the same S examples with the paper's pools: draw them from more.
+    "wide-pools": ("WASP, each prompt's examples a random S of its label's 4S best voted", WidePoolsPolicy),
 }
 
 
