@@ -88,7 +88,13 @@ def test_diversity_change_pairs_the_last_round_with_round_zero_and_flags_narrowi
     assert distinct["diffs"] == pytest.approx([-0.2, -0.2]) and tasks_report.narrowed("distinct_2", distinct)
     assert "fid_validation" not in change["trec"]["wasp"]  # not measured: no row
     assert change["drugs"]["wasp"]["same_label_cosine"]["diffs"] == pytest.approx([0.2 - 0.35])
-    assert set(change["drugs"]["wasp"]) == {"same_label_cosine"}
+    assert set(change["drugs"]["wasp"]) == {"same_label_cosine", "within_plm_cosine"}
+    # within a PLM: from the round tables even where diversity entries exist (the mix is left out)
+    plms = [(0, "a", 30, 0.2), (0, "b", 30, 0.4), (2, "a", 0, None), (2, "b", 60, 0.5)]
+    rounds = [{"round": t, "plm": p, "n": n, "similarity": c} for t, p, n, c in plms]
+    within = tasks_report.diversity_change([{**runs[0], "rounds": rounds}])["trec"]["wasp"]
+    assert within["within_plm_cosine"]["diffs"] == pytest.approx([0.5 - 0.3])
+    assert within["same_label_cosine"]["diffs"] == pytest.approx([0.10])
     wider = {"mean": -0.1, "std": 0.01, "verdict": "gap"}
     assert not tasks_report.narrowed("same_label_cosine", wider)
     assert tasks_report.narrowed("distinct_2", wider)

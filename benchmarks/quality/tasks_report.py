@@ -27,6 +27,9 @@ DIVERSITY = {
     "same_label_cosine": ("same-label cosine", "lower", "more diverse", "narrower"),
     "distinct_2": ("distinct bigrams", "higher", "more diverse", "narrower"),
     "fid_validation": ("FID of the round to validation", "lower", "nearer the real texts", "farther"),
+    # Within each PLM (weighted by its samples): separates the PLMs copying their examples from
+    # the round's PLM mix narrowing (one PLM's share growing), which the cosine above holds both.
+    "within_plm_cosine": ("same-label cosine within a PLM", "lower", "more diverse", "narrower"),
 }
 
 
@@ -142,11 +145,12 @@ def _paired_table(metric: str, paired: dict, names: list[str], means: dict[str, 
 
 
 def _round_values(run: dict[str, Any], metric: str) -> dict[int, float]:
-    """Per round, one run's ``metric`` over all its PLMs: from its ``diversity`` entries, or for
-    the same-label cosine of a record kept before them, its PLMs' cosines weighted by their counts."""
-    if run.get("diversity"):
+    """Per round, one run's ``metric`` over all its PLMs: from its ``diversity`` entries; the
+    within-PLM cosine (and, for a record kept before the entries, the same-label cosine) as its
+    PLMs' cosines weighted by their counts."""
+    if run.get("diversity") and metric != "within_plm_cosine":
         return {e["round"]: e[metric] for e in run["diversity"] if e.get(metric) is not None}
-    if metric != "same_label_cosine" or not run.get("rounds"):
+    if metric not in ("same_label_cosine", "within_plm_cosine") or not run.get("rounds"):
         return {}
     out = {}
     for t in sorted({e["round"] for e in run["rounds"]}):
