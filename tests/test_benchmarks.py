@@ -334,7 +334,7 @@ def test_the_signal_switch_falls_back_to_zero_shot_and_even_plms_only_where_the_
     n, sigma = 400, 3.0
     samples = VotedSamples(
         texts=[f"s{i}" for i in range(n)], labels=np.arange(n) % 2, plms=(np.arange(n) // 2) % 2,
-        embeddings=np.zeros((n, 4), np.float32), n_labels=2, n_plms=2,
+        embeddings=np.zeros((n, 4), np.float32), rounds=np.zeros(n, int), n_labels=2, n_plms=2,
     )  # fmt: skip
     switch, paper = policies.policy_of("signal-switch"), PaperPolicy()
     noise = NoisyVotes(rng.normal(0, sigma, n), rng.normal(0, sigma, n), sigma, 8)
@@ -367,7 +367,7 @@ def test_diverse_pools_spread_each_labels_examples_among_its_best_voted() -> Non
     votes = np.array([9.0, 8.0, 7.0, 6.0, 1.0, 0.5, 5.0])
     labels = np.array([0, 0, 0, 0, 0, 0, 1])
     samples = VotedSamples(texts=[f"s{i}" for i in range(7)], labels=labels, plms=np.zeros(7, int),
-                           embeddings=emb, n_labels=2, n_plms=1)  # fmt: skip
+                           embeddings=emb, rounds=np.zeros(7, int), n_labels=2, n_plms=1)  # fmt: skip
     chosen = policies.policy_of("diverse-pools").pools(NoisyVotes(votes, None, 1.0, 8), samples, 2)
     assert chosen.good[0].tolist() == [0, 3]  # the best voted, then the least like it of the best 4
     assert chosen.good[1].tolist() == [6]
@@ -389,7 +389,7 @@ def test_wide_pools_hold_each_labels_4s_best_voted_and_prompts_draw_more_than_s(
     votes = NoisyVotes(np.arange(n, dtype=float)[::-1].copy(), np.zeros(n), 1.0, 8)  # row 0 best
     samples = VotedSamples(texts=[f"s{i}" for i in range(n)], labels=np.arange(n) % 2,
                            plms=np.zeros(n, int), embeddings=np.zeros((n, 4), np.float32),
-                           n_labels=2, n_plms=1)  # fmt: skip
+                           rounds=np.zeros(n, int), n_labels=2, n_plms=1)  # fmt: skip
     chosen = policies.policy_of("wide-pools").pools(votes, samples, s)
     assert chosen.good[0].tolist() == [0, 2, 4, 6, 8, 10, 12, 14]
     assert chosen.good[1].tolist() == [1, 3, 5, 7, 9, 11, 13, 15]
@@ -402,6 +402,49 @@ def test_wide_pools_hold_each_labels_4s_best_voted_and_prompts_draw_more_than_s(
         texts = [samples.texts[i] for i in pool]
         shown = {x for _ in range(4) for x in wasp.draw_examples(PromptKind.FEW_SHOT, texts, [], s, rng)[0]}
         assert len(shown) >= at_least and (len(shown) == s) == (len(pool) == s)
+
+
+def test_the_diversity_guard_writes_zero_shot_after_a_round_narrower_than_round_0() -> None:
+    """Round 1 near-copies of one sample per label (same-label cosine about 1, round 0's about 0):
+    no pools and even PLM shares. Round 1 as spread as round 0, or only round 0 voted: the paper's."""
+    import policies
+
+    from wasp_vllm.pipeline.policy import PaperPolicy, VotedSamples
+    from wasp_vllm.privacy.voting import NoisyVotes
+
+    rng = np.random.default_rng(0)
+    n, dim = 40, 16
+    spread = rng.normal(size=(2 * n, dim)).astype(np.float32)  # random directions: cosine about 0
+    one_per_label = rng.normal(size=(2, dim))[np.arange(2 * n) % 2]  # each label's samples like one
+    copies = (one_per_label + 0.01 * rng.normal(size=(2 * n, dim))).astype(np.float32)
+
+    def samples(round_1: np.ndarray, rounds: np.ndarray) -> VotedSamples:
+        emb = np.concatenate([spread, round_1])[: len(rounds)]
+        return VotedSamples(texts=[f"s{i}" for i in range(len(rounds))], labels=np.arange(len(rounds)) % 2,
+                            plms=np.arange(len(rounds)) // 2 % 2, embeddings=emb, rounds=rounds,
+                            n_labels=2, n_plms=2)  # fmt: skip
+
+    two_rounds = np.repeat([0, 1], 2 * n)
+    votes = NoisyVotes(rng.normal(size=4 * n), rng.normal(size=4 * n), 1.0, 8)
+    guard, paper, prev = policies.policy_of("diversity-guard"), PaperPolicy(), np.array([0.5, 0.5])
+    narrow = samples(copies, two_rounds)
+    assert round_stats_cosine(narrow, 1) > 0.9 > 0.1 > abs(round_stats_cosine(narrow, 0))
+    pools = guard.pools(votes, narrow, 4)
+    assert all(p.size == 0 for p in [*pools.good.values(), *pools.bad.values()])
+    np.testing.assert_allclose(guard.plm_weights(votes, narrow, np.array([0.9, 0.1])), [0.5, 0.5])
+    wide = samples(rng.normal(size=(2 * n, dim)).astype(np.float32), two_rounds)
+    first = NoisyVotes(votes.h_near[: 2 * n], votes.h_far[: 2 * n], 1.0, 8)
+    for case, vote in [(wide, votes), (samples(spread, np.zeros(2 * n, int)), first)]:
+        chosen, expected = guard.pools(vote, case, 4), paper.pools(vote, case, 4)
+        assert all(np.array_equal(chosen.good[c], expected.good[c]) and chosen.good[c].size for c in range(2))
+        np.testing.assert_allclose(guard.plm_weights(vote, case, prev), paper.plm_weights(vote, case, prev))
+
+
+def round_stats_cosine(samples, t: int) -> float:
+    import round_stats
+
+    mine = samples.rounds == t
+    return round_stats.same_label_cosine(samples.embeddings[mine], samples.labels[mine])
 
 
 def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:

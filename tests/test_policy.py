@@ -32,10 +32,10 @@ class LeastVotedPolicyForTests(PaperPolicy):
     name = "least-voted-for-tests"
 
     def __init__(self) -> None:
-        self.seen: list[tuple[np.ndarray, list[str]]] = []
+        self.seen: list[tuple[np.ndarray, list[str], np.ndarray]] = []
 
     def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
-        self.seen.append((votes.h_near.copy(), list(samples.texts)))
+        self.seen.append((votes.h_near.copy(), list(samples.texts), samples.rounds.copy()))
         good = {}
         for label in range(samples.n_labels):
             rows = np.flatnonzero(samples.labels == label)
@@ -71,10 +71,12 @@ def test_a_policy_chooses_pools_weights_and_rejects_from_the_published_votes(tmp
     # It was shown exactly the noisy votes the run published, over D so far.
     assert len(policy.seen) == cfg.rounds - 1
     out = tmp_path / "out"
-    for t, (h_near, texts) in enumerate(policy.seen):
+    for t, (h_near, texts, rounds) in enumerate(policy.seen):
         published = pq.read_table(next(out.rglob(f"votes-{t:03d}.parquet")))
         np.testing.assert_array_equal(h_near, published.column("h_near").to_numpy())
         assert len(texts) == published.num_rows
+        written = [pq.read_table(next(out.rglob(f"round-{r:03d}.parquet"))).num_rows for r in range(t + 1)]
+        assert rounds.tolist() == [r for r, k in enumerate(written) for _ in range(k)]  # each sample's round
     # Its weights and its rejects reached the loop.
     for record in manifest["rounds"][: cfg.rounds - 1]:
         assert record["weights_after"] == pytest.approx([0.8, 0.2])
@@ -83,7 +85,7 @@ def test_a_policy_chooses_pools_weights_and_rejects_from_the_published_votes(tmp
     assert any(r["rejects"].get("a", {}).get("mentions_sleep") for r in manifest["rounds"])
     # Its pools (the least voted samples) are what the state keeps for the next round.
     state = RunStore(out).load_state()
-    h_last, texts_last = policy.seen[-1]
+    h_last, texts_last, _ = policy.seen[-1]
     synth = pa.concat_tables([pq.read_table(p) for p in sorted(out.rglob("round-*.parquet"))[:2]])
     labels = synth.column("label").to_pylist()
     for label, pool in state.pools.good.items():

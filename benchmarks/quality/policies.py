@@ -44,8 +44,7 @@ class SignalSwitchPolicy(PaperPolicy):
     def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
         if not self._weak(votes):
             return super().pools(votes, samples, s)
-        none = {label: np.zeros(0, dtype=np.int64) for label in range(samples.n_labels)}
-        return ChosenPools(good=none, bad=dict(none))
+        return zero_shot_pools(samples.n_labels)
 
     def plm_weights(self, votes: NoisyVotes, samples: VotedSamples, previous: np.ndarray) -> np.ndarray:
         if not self._weak(votes):
@@ -90,6 +89,45 @@ class WidePoolsPolicy(PaperPolicy):
         return ChosenPools(good=good, bad=bad)
 
 
+class DiversityGuardPolicy(PaperPolicy):
+    """The paper's rules while the loop keeps round 0's diversity. After a round whose same-label
+    cosine (the mean cosine of two of its samples of one label, on their public embeddings) is
+    above round 0's, the next round shows no examples and every PLM gets an equal share, as
+    FuseGen's rounds do; once a round is back at round 0's level, the paper's rules return. Aimed
+    at the narrowing the tasks grid measures (issue 59): the PLMs copy the examples they are shown,
+    and round 0, written without examples, is the yardstick. Public: synthetic samples only."""
+
+    name = "diversity-guard"
+
+    def _narrowed(self, samples: VotedSamples) -> bool:
+        newest = int(samples.rounds.max(initial=0))
+        if newest == 0:
+            return False
+        first, last = (
+            round_stats.same_label_cosine(
+                samples.embeddings[samples.rounds == t], samples.labels[samples.rounds == t]
+            )
+            for t in (0, newest)
+        )
+        return first is not None and last is not None and last > first
+
+    def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
+        if not self._narrowed(samples):
+            return super().pools(votes, samples, s)
+        return zero_shot_pools(samples.n_labels)
+
+    def plm_weights(self, votes: NoisyVotes, samples: VotedSamples, previous: np.ndarray) -> np.ndarray:
+        if not self._narrowed(samples):
+            return super().plm_weights(votes, samples, previous)
+        return np.full(samples.n_plms, 1.0 / samples.n_plms)
+
+
+def zero_shot_pools(n_labels: int) -> ChosenPools:
+    """No examples for any label: the next round's prompts are zero-shot."""
+    none = {label: np.zeros(0, dtype=np.int64) for label in range(n_labels)}
+    return ChosenPools(good=none, bad=dict(none))
+
+
 def spread_out(rows: np.ndarray, embeddings: np.ndarray, s: int) -> np.ndarray:
     """``s`` of ``rows`` (best first), greedily farthest apart: the first row, then each time the
     row whose highest cosine to those chosen is lowest."""
@@ -114,6 +152,12 @@ POLICIES: dict[str, tuple[str, Callable[[], Any]]] = {
     "diverse-pools": ("WASP, each label's examples spread out among its 2S best voted", DiversePoolsPolicy),
     # Every prompt of a label shows the same S examples with the paper's pools: draw them from more.
     "wide-pools": ("WASP, each prompt's examples a random S of its label's 4S best voted", WidePoolsPolicy),
+    # The PLMs copy their examples (same-label cosine within a PLM rises as much as overall): where a
+    # round came out narrower than round 0, write the next one zero-shot.
+    "diversity-guard": (
+        "WASP, a zero-shot round after each round narrower than round 0",
+        DiversityGuardPolicy,
+    ),
 }
 
 

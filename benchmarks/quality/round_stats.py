@@ -227,9 +227,17 @@ def round_diversity(run_dir: Path, manifest: dict[str, Any], judge: ReferenceJud
 
 def same_label_similarity(rows: list[dict], embedder: Any) -> float | None:
     """The mean cosine similarity over pairs of samples of the same label (None: no such pair)."""
+    if not rows:
+        return None
+    vecs = np.asarray(embedder.encode([r["text"] for r in rows]))
+    return same_label_cosine(vecs, np.array([r["label"] for r in rows]))
+
+
+def same_label_cosine(embeddings: np.ndarray, labels: np.ndarray) -> float | None:
+    """The mean cosine similarity over pairs of rows of the same label (None: no such pair)."""
     sums, pairs = 0.0, 0
-    for label in {r["label"] for r in rows}:
-        vecs = np.asarray(embedder.encode([r["text"] for r in rows if r["label"] == label]), dtype=np.float64)
+    for label in np.unique(labels):
+        vecs = np.asarray(embeddings[labels == label], dtype=np.float64)
         if len(vecs) < 2:
             continue
         vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)

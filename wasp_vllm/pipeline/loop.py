@@ -197,6 +197,7 @@ class Run:
             labels=np.array([labels.index(x) for x in synth.column("label").to_pylist()], dtype=np.int64),
             plms=np.array([plms.index(p) for p in synth.column("plm").to_pylist()], dtype=np.int64),
             embeddings=stored_embeddings(synth),
+            rounds=synth.column("round").to_numpy(),
             n_labels=len(labels),
             n_plms=len(plms),
         )

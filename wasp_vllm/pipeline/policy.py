@@ -34,6 +34,8 @@ class VotedSamples:
     plms: np.ndarray
     #: Sentence embeddings (float32, one row per sample): public, from the synthetic text alone.
     embeddings: np.ndarray
+    #: The round that wrote each sample (0 for the first).
+    rounds: np.ndarray
     n_labels: int
     n_plms: int
 
