@@ -425,26 +425,30 @@ def test_the_diversity_guard_writes_zero_shot_after_a_round_narrower_than_round_
                             n_labels=2, n_plms=2)  # fmt: skip
 
     two_rounds = np.repeat([0, 1], 2 * n)
-    votes = NoisyVotes(rng.normal(size=4 * n), rng.normal(size=4 * n), 1.0, 8)
+    h_near, h_far = rng.normal(size=4 * n), rng.normal(size=4 * n)
+    votes = NoisyVotes(h_near, h_far, 1.0, 8)
     guard, paper, prev = policies.policy_of("diversity-guard"), PaperPolicy(), np.array([0.5, 0.5])
     narrow = samples(copies, two_rounds)
-    assert round_stats_cosine(narrow, 1) > 0.9 > 0.1 > abs(round_stats_cosine(narrow, 0))
+    assert cosine_of_round(narrow, 1) > 0.9 > 0.1 > abs(cosine_of_round(narrow, 0))
     pools = guard.pools(votes, narrow, 4)
     assert all(p.size == 0 for p in [*pools.good.values(), *pools.bad.values()])
     np.testing.assert_allclose(guard.plm_weights(votes, narrow, np.array([0.9, 0.1])), [0.5, 0.5])
     wide = samples(rng.normal(size=(2 * n, dim)).astype(np.float32), two_rounds)
-    first = NoisyVotes(votes.h_near[: 2 * n], votes.h_far[: 2 * n], 1.0, 8)
+    first = NoisyVotes(h_near[: 2 * n], h_far[: 2 * n], 1.0, 8)  # round 0's vote alone
     for case, vote in [(wide, votes), (samples(spread, np.zeros(2 * n, int)), first)]:
         chosen, expected = guard.pools(vote, case, 4), paper.pools(vote, case, 4)
         assert all(np.array_equal(chosen.good[c], expected.good[c]) and chosen.good[c].size for c in range(2))
         np.testing.assert_allclose(guard.plm_weights(vote, case, prev), paper.plm_weights(vote, case, prev))
 
 
-def round_stats_cosine(samples, t: int) -> float:
+def cosine_of_round(samples: Any, t: int) -> float:
+    """The same-label cosine of round ``t``'s samples, as the guard computes it."""
     import round_stats
 
     mine = samples.rounds == t
-    return round_stats.same_label_cosine(samples.embeddings[mine], samples.labels[mine])
+    cosine = round_stats.same_label_cosine(samples.embeddings[mine], samples.labels[mine])
+    assert cosine is not None
+    return cosine
 
 
 def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:
