@@ -429,7 +429,8 @@ def test_the_diversity_guard_writes_zero_shot_after_a_round_narrower_than_round_
     votes = NoisyVotes(h_near, h_far, 1.0, 8)
     guard, paper, prev = policies.policy_of("diversity-guard"), PaperPolicy(), np.array([0.5, 0.5])
     narrow = samples(copies, two_rounds)
-    assert cosine_of_round(narrow, 1) > 0.9 > 0.1 > abs(cosine_of_round(narrow, 0))
+    near_copies, spread_out = policies.cosine_of_round(narrow, 1), policies.cosine_of_round(narrow, 0)
+    assert near_copies is not None and spread_out is not None and near_copies > 0.9 > 0.1 > abs(spread_out)
     pools = guard.pools(votes, narrow, 4)
     assert all(p.size == 0 for p in [*pools.good.values(), *pools.bad.values()])
     np.testing.assert_allclose(guard.plm_weights(votes, narrow, np.array([0.9, 0.1])), [0.5, 0.5])
@@ -439,16 +440,6 @@ def test_the_diversity_guard_writes_zero_shot_after_a_round_narrower_than_round_
         chosen, expected = guard.pools(vote, case, 4), paper.pools(vote, case, 4)
         assert all(np.array_equal(chosen.good[c], expected.good[c]) and chosen.good[c].size for c in range(2))
         np.testing.assert_allclose(guard.plm_weights(vote, case, prev), paper.plm_weights(vote, case, prev))
-
-
-def cosine_of_round(samples: Any, t: int) -> float:
-    """The same-label cosine of round ``t``'s samples, as the guard computes it."""
-    import round_stats
-
-    mine = samples.rounds == t
-    cosine = round_stats.same_label_cosine(samples.embeddings[mine], samples.labels[mine])
-    assert cosine is not None
-    return cosine
 
 
 def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:

@@ -28,28 +28,37 @@ def signal_share(votes: NoisyVotes) -> float:
     return round_stats.signal_share(votes.h_near, votes.sigma) or 0.0
 
 
-class SignalSwitchPolicy(PaperPolicy):
+class ZeroShotFallbackPolicy(PaperPolicy):
+    """The paper's rules, except after a vote where :meth:`falls_back` says so: then the next round
+    shows no examples (a label without a pool is prompted zero-shot) and every PLM gets an equal
+    share, as FuseGen's rounds do. Subclasses say when, from public values only."""
+
+    def falls_back(self, votes: NoisyVotes, samples: VotedSamples) -> bool:
+        raise NotImplementedError
+
+    def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
+        if not self.falls_back(votes, samples):
+            return super().pools(votes, samples, s)
+        none = {label: np.zeros(0, dtype=np.int64) for label in range(samples.n_labels)}
+        return ChosenPools(good=none, bad=dict(none))
+
+    def plm_weights(self, votes: NoisyVotes, samples: VotedSamples, previous: np.ndarray) -> np.ndarray:
+        if not self.falls_back(votes, samples):
+            return super().plm_weights(votes, samples, previous)
+        return np.full(samples.n_plms, 1.0 / samples.n_plms)
+
+
+class SignalSwitchPolicy(ZeroShotFallbackPolicy):
     """The paper's rules where the votes carry signal; where ``signal_share`` is below
-    ``threshold``, the next round shows no examples (its prompts fall back to zero-shot: a label
-    without a pool is prompted zero-shot) and every PLM gets an equal share. Computed from the
-    noisy histograms and the public sigma only: post-processing, no privacy cost."""
+    ``threshold``, the next round is zero-shot with equal PLM shares. Computed from the noisy
+    histograms and the public sigma only: post-processing, no privacy cost."""
 
     def __init__(self, threshold: float = 0.25) -> None:
         self.threshold = threshold
         self.name = f"signal-switch-{threshold:g}"
 
-    def _weak(self, votes: NoisyVotes) -> bool:
+    def falls_back(self, votes: NoisyVotes, samples: VotedSamples) -> bool:
         return signal_share(votes) < self.threshold
-
-    def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
-        if not self._weak(votes):
-            return super().pools(votes, samples, s)
-        return zero_shot_pools(samples.n_labels)
-
-    def plm_weights(self, votes: NoisyVotes, samples: VotedSamples, previous: np.ndarray) -> np.ndarray:
-        if not self._weak(votes):
-            return super().plm_weights(votes, samples, previous)
-        return np.full(samples.n_plms, 1.0 / samples.n_plms)
 
 
 class DiversePoolsPolicy(PaperPolicy):
@@ -89,43 +98,28 @@ class WidePoolsPolicy(PaperPolicy):
         return ChosenPools(good=good, bad=bad)
 
 
-class DiversityGuardPolicy(PaperPolicy):
+class DiversityGuardPolicy(ZeroShotFallbackPolicy):
     """The paper's rules while the loop keeps round 0's diversity. After a round whose same-label
     cosine (the mean cosine of two of its samples of one label, on their public embeddings) is
-    above round 0's, the next round shows no examples and every PLM gets an equal share, as
-    FuseGen's rounds do; once a round is back at round 0's level, the paper's rules return. Aimed
-    at the narrowing the tasks grid measures (issue 59): the PLMs copy the examples they are shown,
-    and round 0, written without examples, is the yardstick. Public: synthetic samples only."""
+    above round 0's, the next round is zero-shot with equal PLM shares; once a round is back at
+    round 0's level, the paper's rules return. Aimed at the narrowing the tasks grid measures
+    (issue 59): the PLMs copy the examples they are shown, and round 0, written without examples,
+    is the yardstick. Public: synthetic samples only."""
 
     name = "diversity-guard"
 
-    def _narrowed(self, samples: VotedSamples) -> bool:
+    def falls_back(self, votes: NoisyVotes, samples: VotedSamples) -> bool:
         newest = int(samples.rounds.max(initial=0))
         if newest == 0:
             return False
-        first, last = (
-            round_stats.same_label_cosine(
-                samples.embeddings[samples.rounds == t], samples.labels[samples.rounds == t]
-            )
-            for t in (0, newest)
-        )
+        first, last = (cosine_of_round(samples, t) for t in (0, newest))
         return first is not None and last is not None and last > first
 
-    def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
-        if not self._narrowed(samples):
-            return super().pools(votes, samples, s)
-        return zero_shot_pools(samples.n_labels)
 
-    def plm_weights(self, votes: NoisyVotes, samples: VotedSamples, previous: np.ndarray) -> np.ndarray:
-        if not self._narrowed(samples):
-            return super().plm_weights(votes, samples, previous)
-        return np.full(samples.n_plms, 1.0 / samples.n_plms)
-
-
-def zero_shot_pools(n_labels: int) -> ChosenPools:
-    """No examples for any label: the next round's prompts are zero-shot."""
-    none = {label: np.zeros(0, dtype=np.int64) for label in range(n_labels)}
-    return ChosenPools(good=none, bad=dict(none))
+def cosine_of_round(samples: VotedSamples, t: int) -> float | None:
+    """The same-label cosine of the samples round ``t`` wrote."""
+    mine = samples.rounds == t
+    return round_stats.same_label_cosine(samples.embeddings[mine], samples.labels[mine])
 
 
 def spread_out(rows: np.ndarray, embeddings: np.ndarray, s: int) -> np.ndarray:
