@@ -214,15 +214,25 @@ def test_relabel_against_reject_on_the_same_samples():
     assert found["relabel"]["kept_share"] == 0.5 and found["relabel"]["label_agreement"] == 0.75
     assert found["relabel"]["largest_label_share"] == 0.5  # labels 0, 2, 1, 0
     assert found["as_written"]["label_agreement"] == 0.75 and found["as_written"]["kept_share"] == 0.5
-    runs = [{"task": "trec", "seed": s, **relabel.outcomes(asked, leads, reads_as, judged, 8 + s, 3)}
+    # beyond 0.2: the fourth (trailing by 0.3) is relabelled as 0, the second (0.1) is rejected
+    beyond = relabel.outcomes(asked, leads, reads_as, judged, 8, 3, margins=[0.2])["relabel beyond 0.2"]
+    assert beyond["kept_share"] == 3 / 8 and beyond["label_agreement"] == pytest.approx(2 / 3)
+    runs = [{"task": "trec", "seed": s, **relabel.outcomes(asked, leads, reads_as, judged, 8 + s, 3, [0.2])}
             for s in (0, 1)]  # fmt: skip
     per = relabel.summary(runs)["trec"]
     assert per["group"] == "choosing" and per["seeds"] == [0, 1]
     gain = per["relabel − reject"]["kept_share"]
     assert gain["diffs"] == pytest.approx([0.25, 2 / 9]) and gain["verdict"] == "gap"
-    assert relabel.overall({"trec": per})["reject"]["label_agreement"] == 1.0
+    assert per["relabel beyond 0.2 − reject"]["kept_share"]["diffs"] == pytest.approx([1 / 8, 1 / 9])
+    overall = relabel.overall({"trec": per})
+    assert overall["reject"]["label_agreement"] == 1.0
+    assert overall["relabel beyond 0.2"]["kept_share"] == pytest.approx((3 / 8 + 3 / 9) / 2)
+    assert "as_written − reject" not in per
     with pytest.raises(SystemExit, match="held-out group"):
         relabel.main(["--tasks", "trec,products"])
+    with pytest.raises(SystemExit):
+        relabel.main(["--margins", "0.1,-1"])
+    assert relabel.margin_list("0.01, 0.05") == (0.01, 0.05) and relabel.margin_list("") == ()
 
 
 def test_a_validation_grid_runs_the_choosing_group_and_refuses_a_held_out_task():

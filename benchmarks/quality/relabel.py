@@ -9,7 +9,9 @@ label descriptions and the embedder; no privacy cost). This measures both on the
   first round: the product's other checks still drop empty samples, copies and prompt echoes);
 * the run's own label check, read offline, splits the kept samples into on-label and off-label;
 * *reject* keeps the on-label ones; *relabel* keeps all, an off-label one under the label it reads
-  as; *as written* keeps all under the label they were asked for (the label check off);
+  as; *as written* keeps all under the label they were asked for (the label check off); *relabel
+  beyond M* (one per ``--margins`` value) relabels only an off-label sample that trails the label it
+  reads as by more than M, and rejects the nearer misses: the curve between reject and relabel;
 * for each: kept / generated (generated = every sample written, the other checks' rejects
   included), label agreement against a classifier trained on ``TASK:fit`` (as the tasks grid's),
   and the largest label's share of what is kept (re-labelling may pile samples onto one label).
@@ -20,14 +22,19 @@ not vote: no private record decides anything here.
 
     python benchmarks/quality/relabel.py                      # choosing group, 2 seeds, N = 90
     python benchmarks/quality/relabel.py --tasks trec --seeds 1 --n 24
+
+A finished run folder of the same settings is read back, not written again (a new ``--margins`` on
+the same samples costs no generation).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,20 +62,25 @@ from seed_stats import fmt, fmt_diff, paired_diff  # noqa: E402
 
 from wasp_vllm.data.suite import SUITE  # noqa: E402
 
+#: The ways every run reports; ``--margins`` adds one ``relabel beyond M`` each.
 WAYS = ("reject", "relabel", "as_written")
+FIGURES = ("kept_share", "label_agreement", "largest_label_share")
 #: One zero-shot round of both PLMs, every sample kept that the product's other checks pass.
 METHOD = Method("fusegen-label-check-off", "zero-shot, label check off", "lever",
                 {"strategy": "fusegen", "plms": list(PLMS), "label_check": "off"})  # fmt: skip
 
 
 def outcomes(asked: np.ndarray, leads: np.ndarray, reads_as: np.ndarray, judged: np.ndarray,
-             generated: int, n_labels: int) -> dict[str, dict[str, float | None]]:  # fmt: skip
+             generated: int, n_labels: int,
+             margins: Sequence[float] = ()) -> dict[str, dict[str, float | None]]:  # fmt: skip
     """Each way's kept / generated, label agreement and largest label share, from the label each
     sample was asked for (``asked``), the label check's lead of its own label (``leads``, negative:
     off-label) and the label it reads as (``reads_as``), and the reference classifier's label."""
     on = leads >= 0
-    kept = {"reject": (on, asked), "relabel": (np.ones_like(on), np.where(on, asked, reads_as)),
+    relabelled = np.where(on, asked, reads_as)
+    kept = {"reject": (on, asked), "relabel": (np.ones_like(on), relabelled),
             "as_written": (np.ones_like(on), asked)}  # fmt: skip
+    kept |= {beyond(m): (on | (leads < -m), relabelled) for m in margins}
     out: dict[str, dict[str, float | None]] = {}
     for way, (mask, labels) in kept.items():
         n = int(mask.sum())
@@ -79,6 +91,28 @@ def outcomes(asked: np.ndarray, leads: np.ndarray, reads_as: np.ndarray, judged:
             "largest_label_share": float(counts.max() / n) if n else None,
         }
     return out
+
+
+def beyond(margin: float) -> str:
+    """The way that relabels only off-label samples trailing by more than ``margin``."""
+    return f"relabel beyond {margin:g}"
+
+
+def ways_of(run: dict) -> list[str]:
+    """The ways a measured run holds (``outcomes``' keys), in their order."""
+    return [k for k, v in run.items() if isinstance(v, dict)]
+
+
+def write_round(run: Any, out: Path) -> dict:
+    """The run's manifest: a finished run of the same settings in ``out`` is read back, anything
+    else there is replaced."""
+    from wasp_vllm.config import ConfigError
+
+    try:
+        return run().execute(resume=True).to_json()
+    except ConfigError as exc:  # other settings (another --n, say): write it again
+        logging.getLogger(__name__).info("%s: %s; writing it again", out, exc)
+        return run().execute(overwrite=True).to_json()
 
 
 def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder: Any, judge: Any) -> dict:
@@ -93,8 +127,8 @@ def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder:
     settings = Settings(args.engine, args.n, 1, None, args.work / task)
     out = args.work / task / f"relabel_s{seed}"
     start = time.perf_counter()
-    manifest = Run(prepare(run_config(METHOD, seed, Data(task, "validation"), settings)), out,
-                   engine_factory=pool, embedder=embedder).execute(overwrite=True).to_json()  # fmt: skip
+    manifest = write_round(lambda: Run(prepare(run_config(METHOD, seed, Data(task, "validation"), settings)),
+                                       out, engine_factory=pool, embedder=embedder), out)  # fmt: skip
     written = pq.read_table(out / "synthetic.parquet", columns=["text", "label"])
     texts, labels = written.column("text").to_pylist(), written.column("label").to_pylist()
     asked = np.array([spec.labels.index(x) for x in labels])
@@ -102,7 +136,7 @@ def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder:
     embeddings = np.asarray(embedder.encode(texts), dtype=np.float32)
     generated = len(texts) + sum(manifest_rejects(manifest).values())
     found = outcomes(asked, check.leads(embeddings, labels), check.scores(embeddings).argmax(axis=1),
-                     judge.predict(task, texts), generated, len(spec.labels))  # fmt: skip
+                     judge.predict(task, texts), generated, len(spec.labels), args.margins)  # fmt: skip
     return {"task": task, "seed": seed, "generated": generated, "written": len(texts),
             "seconds": round(time.perf_counter() - start, 1), **found}  # fmt: skip
 
@@ -113,13 +147,16 @@ def summary(runs: list[dict]) -> dict[str, dict[str, Any]]:
     for task in dict.fromkeys(r["task"] for r in runs):
         mine = [r for r in runs if r["task"] == task]
         row: dict[str, Any] = {"group": SUITE.get(task, "-"), "seeds": [r["seed"] for r in mine]}
-        for way in WAYS:
+        ways = ways_of(mine[0])
+        for way in ways:
             row[way] = {k: [r[way][k] for r in mine] for k in mine[0][way]}
-        by_seed = {way: {k: {r["seed"]: r[way][k] for r in mine} for k in mine[0][way]} for way in WAYS}
-        row["relabel − reject"] = {
-            k: paired_diff(by_seed["relabel"][k], by_seed["reject"][k])
-            for k in ("kept_share", "label_agreement")
-        }
+        by_seed = {way: {k: {r["seed"]: r[way][k] for r in mine} for k in mine[0][way]} for way in ways}
+        for way in ways[1:]:
+            if way != "as_written":
+                row[f"{way} − reject"] = {
+                    k: paired_diff(by_seed[way][k], by_seed["reject"][k])
+                    for k in ("kept_share", "label_agreement")
+                }
         out[task] = row
     return out
 
@@ -132,9 +169,10 @@ def overall(per_task: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
             statistics.fmean(v for v in r[way][k] if v is not None) for r in per_task.values()
         )
 
+    ways = [w for w in next(iter(per_task.values())) if " − " not in w and w not in ("group", "seeds")]
     return {
         way: {k: mean(way, k) for k in ("kept_share", "label_agreement", "largest_label_share")}
-        for way in WAYS
+        for way in ways
     }
 
 
@@ -142,18 +180,21 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
     names = {"reject": "reject (today)", "relabel": "relabel", "as_written": "as written (check off)"}
     rows = []
     for task, row in payload["tasks"].items():
-        for way in WAYS:
-            figures = (fmt(row[way][k], 3) for k in ("kept_share", "label_agreement", "largest_label_share"))
-            rows.append([f"{task} ({row['group']})", names[way], *figures])
-        diff = row["relabel − reject"]
-        rows.append([f"{task} ({row['group']})", "relabel − reject (paired)", fmt_diff(diff["kept_share"]),
-                     fmt_diff(diff["label_agreement"]), "-"])  # fmt: skip
+        for way in (w for w in row if w not in ("group", "seeds")):
+            if " − " in way:
+                diff = row[way]
+                rows.append([f"{task} ({row['group']})", f"{way} (paired)", fmt_diff(diff["kept_share"]),
+                             fmt_diff(diff["label_agreement"]), "-"])  # fmt: skip
+            else:
+                figures = (fmt(row[way][k], 3) for k in FIGURES)
+                rows.append([f"{task} ({row['group']})", names.get(way, way), *figures])
     for way, figures in payload["overall"].items():
-        rows.append(["mean over tasks", names[way], *(f"{figures[k]:.3f}" for k in
-                     ("kept_share", "label_agreement", "largest_label_share"))])  # fmt: skip
+        rows.append(["mean over tasks", names.get(way, way), *(f"{figures[k]:.3f}" for k in FIGURES)])
     notes = ["kept / generated: samples kept over every sample written (the other checks' rejects "
              "included); label agreement: against a classifier trained on TASK:fit; largest label: "
              "the largest label's share of what is kept (asked: an even split). Mean ± std over seeds.",
+             "relabel beyond M: an off-label sample that trails the label it reads as by more than M "
+             "(cosine to the label descriptions) is relabelled, a nearer miss is rejected.",
              "The goal (issue 59): kept / generated ≥ 0.7 without losing label agreement."]  # fmt: skip
     columns = ["task (group)", "way", "kept / generated", "label agreement", "largest label share"]
     return [report.Table("Reject or relabel an off-label sample (one zero-shot round, both PLMs)", columns,
@@ -161,24 +202,42 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
-    """Per task, kept / generated against label agreement for each way (mean over seeds)."""
+    """Per task, kept / generated against label agreement for each way (mean over seeds), and the
+    mean over tasks from reject through each margin to relabel."""
     plt = report.pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
     for way, marker in zip(WAYS, ("o", "s", "^"), strict=True):
         xs = [statistics.fmean(r[way]["kept_share"]) for r in payload["tasks"].values()]
         ys = [statistics.fmean(r[way]["label_agreement"]) for r in payload["tasks"].values()]
         ax.scatter(xs, ys, marker=marker, label=way.replace("_", " "))
         for task, x, y in zip(payload["tasks"], xs, ys, strict=True):
             ax.annotate(task, (x, y), fontsize=6, alpha=0.7)
+    curve = sorted((f["kept_share"], f["label_agreement"], w) for w, f in payload["overall"].items()
+                   if w != "as_written")  # fmt: skip
+    ax.plot([c[0] for c in curve], [c[1] for c in curve], "k.-",
+            label="mean over tasks: reject → margins → relabel")  # fmt: skip
+    for x, y, way in curve:
+        ax.annotate(way.removeprefix("relabel beyond "), (x, y), fontsize=6)
     ax.axvline(0.7, color="grey", linestyle=":", label="goal: kept / generated 0.7")
     ax.set_xlabel("kept / generated")
     ax.set_ylabel("label agreement")
     ax.set_title("Reject or relabel an off-label sample, per task")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)  # below: off the points
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def margin_list(text: str) -> tuple[float, ...]:
+    """``--margins``: non-negative numbers, comma-separated."""
+    try:
+        margins = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of numbers: {text!r}") from None
+    if any(not 0 <= m < 2 for m in margins):  # a cosine lead lies in (-2, 2)
+        raise argparse.ArgumentTypeError(f"margins lie in [0, 2): {text!r}")
+    return margins
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-relabel")
     p.add_argument("--out", type=Path, default=report.RESULTS)
     p.add_argument("--name", default="relabel")
+    p.add_argument("--margins", type=margin_list, default=(0.01, 0.02, 0.03, 0.05, 0.08),
+                   help="comma list of margins of the 'relabel beyond M' ways ('' for none)")  # fmt: skip
     args = p.parse_args(argv)
     tasks = args.tasks.split(",")
     if unknown := [t for t in tasks if t not in SUITE]:
