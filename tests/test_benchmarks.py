@@ -442,6 +442,34 @@ def test_the_diversity_guard_writes_zero_shot_after_a_round_narrower_than_round_
         np.testing.assert_allclose(guard.plm_weights(vote, case, prev), paper.plm_weights(vote, case, prev))
 
 
+def test_first_round_pools_show_round_0s_best_by_the_sum_of_every_vote_so_far() -> None:
+    """Round 1 holds the best voted of the second vote, yet the pool is round 0's alone; the first
+    vote ranks round 0's rows one way, the second ranks them the other way more weakly, and the
+    sum of both (not the last vote) decides the order."""
+    import policies
+
+    from wasp_vllm.pipeline.policy import VotedSamples
+    from wasp_vllm.privacy.voting import NoisyVotes
+
+    n, s = 20, 1  # widen 4: each label's pool holds 4 of round 0's 10 samples of the label
+
+    def samples(rounds: np.ndarray, name: str = "s") -> VotedSamples:
+        rows = len(rounds)
+        return VotedSamples(texts=[f"{name}{i}" for i in range(rows)], labels=np.arange(rows) % 2,
+                            plms=np.zeros(rows, int), embeddings=np.zeros((rows, 4), np.float32),
+                            rounds=rounds, n_labels=2, n_plms=1)  # fmt: skip
+
+    policy, up = policies.policy_of("first-round-pools"), np.arange(n, dtype=float)
+    first = policy.pools(NoisyVotes(up, None, 1.0, 8), samples(np.zeros(n, int)), s)
+    assert first.good[0].tolist() == [18, 16, 14, 12]  # one vote: its own order
+    second_vote = np.concatenate([-0.5 * up, np.full(n, 100.0)])  # round 1 voted far above all
+    second = policy.pools(NoisyVotes(second_vote, None, 1.0, 8), samples(np.repeat([0, 1], n)), s)
+    assert second.good[0].tolist() == [18, 16, 14, 12]  # 0.5 * up: the first vote still leads
+    assert second.good[1].tolist() == [19, 17, 15, 13]
+    with pytest.raises(ValueError, match="round 0's samples changed"):
+        policy.pools(NoisyVotes(up, None, 1.0, 8), samples(np.zeros(n, int), name="other"), s)
+
+
 def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:
     """Where the switch fires on every vote, the run is FuseGen's (same prompts, seeds and shares,
     so the same samples): the policy cannot do worse than zero-shot there by construction, and its

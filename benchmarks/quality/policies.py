@@ -116,6 +116,45 @@ class DiversityGuardPolicy(ZeroShotFallbackPolicy):
         return first is not None and last is not None and last > first
 
 
+class FirstRoundPoolsPolicy(PaperPolicy):
+    """The paper's rules, but each label's good pool is the ``widen * S`` best voted of round 0's
+    samples alone, ranked by the sum of every noisy vote they have had so far; each of a label's
+    example draws is a random ``S`` of them. Aimed at both causes docs/quality.md measured: the PLMs
+    copy their examples, so examples from a later round are copies of copies (round 0, written
+    without examples, is the widest); and after round 0 one vote is mostly noise, where the sum of
+    ``k`` votes has ``k`` times the signal and only ``sqrt(k)`` times the noise. The sum is of
+    released histograms: post-processing, no privacy cost. The bad pool is the paper's.
+
+    Round 0's rows come first in every vote (each ranks the samples written so far, oldest first),
+    so a row index names the same sample from vote to vote. ``pools`` is called once per vote and
+    adds that vote to the sums; a new instance per run."""
+
+    def __init__(self, widen: int = 4) -> None:
+        self.widen = widen
+        self.name = f"first-round-pools-{widen}"
+        self._texts: list[str] = []
+        self._near_sum = np.zeros(0)
+
+    def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
+        first = samples.rounds == 0
+        self._add(votes, samples, int(first.sum()))
+        near = np.asarray(votes.h_near, dtype=float).copy()
+        near[: self._near_sum.size] = self._near_sum
+        wide = select_pools(near, None, samples.labels, self.widen * s, samples.n_labels, eligible=first)
+        paper = super().pools(votes, samples, s)
+        good = {c: p.good for c, p in wide.items()}
+        bad = {c: np.setdiff1d(paper.bad[c], good[c], assume_unique=True) for c in paper.bad}
+        return ChosenPools(good=good, bad=bad)
+
+    def _add(self, votes: NoisyVotes, samples: VotedSamples, n_first: int) -> None:
+        texts = samples.texts[:n_first]
+        if self._texts and self._texts != texts:
+            raise ValueError("first-round-pools: round 0's samples changed between votes (a reused policy?)")
+        near = np.asarray(votes.h_near[:n_first], dtype=float)
+        self._near_sum = near if not self._texts else self._near_sum + near
+        self._texts = texts
+
+
 def cosine_of_round(samples: VotedSamples, t: int) -> float | None:
     """The same-label cosine of the samples round ``t`` wrote."""
     mine = samples.rounds == t
@@ -151,6 +190,12 @@ POLICIES: dict[str, tuple[str, Callable[[], Any]]] = {
     "diversity-guard": (
         "WASP, a zero-shot round after each round narrower than round 0",
         DiversityGuardPolicy,
+    ),
+    # Copies of copies narrow, and one vote after round 0 is mostly noise: show round 0's samples,
+    # ranked by all the votes they have had.
+    "first-round-pools": (
+        "WASP, each prompt's examples a random S of round 0's 4S best by all votes so far",
+        FirstRoundPoolsPolicy,
     ),
 }
 
