@@ -34,7 +34,7 @@ import logging
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def ways_of(run: dict) -> list[str]:
     return [k for k, v in run.items() if isinstance(v, dict)]
 
 
-def write_round(run: Any, out: Path) -> dict:
+def write_round(run: Callable[[], Any], out: Path) -> dict:
     """The run's manifest: a finished run of the same settings in ``out`` is read back, anything
     else there is replaced."""
     from wasp_vllm.config import ConfigError
@@ -151,12 +151,11 @@ def summary(runs: list[dict]) -> dict[str, dict[str, Any]]:
         for way in ways:
             row[way] = {k: [r[way][k] for r in mine] for k in mine[0][way]}
         by_seed = {way: {k: {r["seed"]: r[way][k] for r in mine} for k in mine[0][way]} for way in ways}
-        for way in ways[1:]:
-            if way != "as_written":
-                row[f"{way} − reject"] = {
-                    k: paired_diff(by_seed[way][k], by_seed["reject"][k])
-                    for k in ("kept_share", "label_agreement")
-                }
+        for way in (w for w in ways if w not in ("reject", "as_written")):  # each relabelling way
+            row[f"{way} − reject"] = {
+                k: paired_diff(by_seed[way][k], by_seed["reject"][k])
+                for k in ("kept_share", "label_agreement")
+            }
         out[task] = row
     return out
 
@@ -170,10 +169,7 @@ def overall(per_task: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
         )
 
     ways = [w for w in next(iter(per_task.values())) if " − " not in w and w not in ("group", "seeds")]
-    return {
-        way: {k: mean(way, k) for k in ("kept_share", "label_agreement", "largest_label_share")}
-        for way in ways
-    }
+    return {way: {k: mean(way, k) for k in FIGURES} for way in ways}
 
 
 def tables(payload: dict[str, Any]) -> list[report.Table]:
