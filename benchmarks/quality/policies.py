@@ -71,11 +71,9 @@ class DiversePoolsPolicy(PaperPolicy):
     name = "diverse-pools"
 
     def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
-        paper = super().pools(votes, samples, s)
         wide = select_pools(votes.h_near, None, samples.labels, 2 * s, samples.n_labels)
         good = {c: spread_out(p.good, samples.embeddings, s) for c, p in wide.items()}
-        bad = {c: np.setdiff1d(paper.bad[c], good[c], assume_unique=True) for c in paper.bad}
-        return ChosenPools(good=good, bad=bad)
+        return beside_papers_bad(good, super().pools(votes, samples, s))
 
 
 class WidePoolsPolicy(PaperPolicy):
@@ -91,11 +89,8 @@ class WidePoolsPolicy(PaperPolicy):
         self.name = f"wide-pools-{widen}"
 
     def pools(self, votes: NoisyVotes, samples: VotedSamples, s: int) -> ChosenPools:
-        paper = super().pools(votes, samples, s)
         wide = select_pools(votes.h_near, None, samples.labels, self.widen * s, samples.n_labels)
-        good = {c: p.good for c, p in wide.items()}
-        bad = {c: np.setdiff1d(paper.bad[c], good[c], assume_unique=True) for c in paper.bad}
-        return ChosenPools(good=good, bad=bad)
+        return beside_papers_bad({c: p.good for c, p in wide.items()}, super().pools(votes, samples, s))
 
 
 class DiversityGuardPolicy(ZeroShotFallbackPolicy):
@@ -141,10 +136,7 @@ class FirstRoundPoolsPolicy(PaperPolicy):
         near = np.asarray(votes.h_near, dtype=float).copy()
         near[: self._near_sum.size] = self._near_sum
         wide = select_pools(near, None, samples.labels, self.widen * s, samples.n_labels, eligible=first)
-        paper = super().pools(votes, samples, s)
-        good = {c: p.good for c, p in wide.items()}
-        bad = {c: np.setdiff1d(paper.bad[c], good[c], assume_unique=True) for c in paper.bad}
-        return ChosenPools(good=good, bad=bad)
+        return beside_papers_bad({c: p.good for c, p in wide.items()}, super().pools(votes, samples, s))
 
     def _add(self, votes: NoisyVotes, samples: VotedSamples, n_first: int) -> None:
         texts = samples.texts[:n_first]
@@ -153,6 +145,13 @@ class FirstRoundPoolsPolicy(PaperPolicy):
         near = np.asarray(votes.h_near[:n_first], dtype=float)
         self._near_sum = near if not self._texts else self._near_sum + near
         self._texts = texts
+
+
+def beside_papers_bad(good: dict[int, np.ndarray], paper: ChosenPools) -> ChosenPools:
+    """A policy's own good pools beside the paper's bad ones, less any sample now in a good pool
+    (a sample is shown as a good example or a bad one, never both)."""
+    bad = {c: np.setdiff1d(paper.bad[c], good[c], assume_unique=True) for c in paper.bad}
+    return ChosenPools(good=good, bad=bad)
 
 
 def cosine_of_round(samples: VotedSamples, t: int) -> float | None:
