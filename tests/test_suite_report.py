@@ -235,6 +235,75 @@ def test_relabel_against_reject_on_the_same_samples():
     assert relabel.margin_list("0.01, 0.05") == (0.01, 0.05) and relabel.margin_list("") == ()
 
 
+def test_a_finished_relabel_round_is_read_back_and_one_of_other_settings_written_again(tmp_path: Path):
+    """``write_round``'s logic, with a stand-in for the run (no engine): resume first; a folder of
+    other settings (the run refuses to resume it) is overwritten."""
+    import relabel
+
+    from wasp_vllm.config import ConfigError
+
+    calls: list[dict[str, bool]] = []
+
+    class StandInRun:  # records how it was asked to run; refuses a resume where told to
+        def __init__(self, other_settings: bool) -> None:
+            self.other_settings = other_settings
+
+        def execute(self, *, resume: bool = False, overwrite: bool = False) -> StandInRun:
+            calls.append({"resume": resume, "overwrite": overwrite})
+            if resume and self.other_settings:
+                raise ConfigError("the folder holds a run of other settings")
+            return self
+
+        def to_json(self) -> dict:
+            return {"calls": len(calls)}
+
+    assert relabel.write_round(lambda: StandInRun(False), tmp_path) == {"calls": 1}
+    assert calls == [{"resume": True, "overwrite": False}]  # read back: nothing written again
+    calls.clear()
+    assert relabel.write_round(lambda: StandInRun(True), tmp_path) == {"calls": 2}
+    assert calls == [{"resume": True, "overwrite": False}, {"resume": False, "overwrite": True}]
+
+
+def test_a_second_reader_seconds_or_vetoes_the_label_check():
+    """The reader ways, on the four samples above: the reader reads them as 0, 1, 2, 1."""
+    import relabel
+
+    asked, leads, reads_as = np.array([0, 0, 1, 1]), np.array([0.2, -0.1, 0.0, -0.3]), np.array([0, 2, 1, 0])
+    judged = np.array([0, 2, 1, 1])
+    found = relabel.outcomes(asked, leads, reads_as, judged, 8, 3, reader=np.array([0, 1, 2, 1]))
+    # every off-label sample under the reader's label: the second as 1, the fourth as 1
+    assert found["reader relabel"]["kept_share"] == 0.5 and found["reader relabel"]["label_agreement"] == 0.75
+    # the second is rejected: the reader names neither its asked label (0) nor the check's (2)
+    seconds = found["reader seconds"]
+    assert seconds == {"kept_share": 3 / 8, "label_agreement": 1.0, "largest_label_share": 2 / 3}
+    # and the third, on-label, is vetoed: the reader reads it as 2
+    assert found["reader vets"]["kept_share"] == 2 / 8 and found["reader vets"]["label_agreement"] == 1.0
+    # where the reader cannot read (-1), the label check's label stands: the second as 2
+    unread = relabel.outcomes(asked, leads, reads_as, judged, 8, 3, reader=np.array([0, -1, 2, 1]))
+    assert unread["reader relabel"]["label_agreement"] == 1.0
+    assert "reader relabel" not in relabel.outcomes(asked, leads, reads_as, judged, 8, 3)
+
+
+def test_the_second_reader_reads_by_the_nearest_centroid_of_the_other_on_label_samples():
+    """Three labels along three axes of 40; label 2 has one on-label sample, which sits on label
+    2's axis: with itself in its centroid it would vouch for itself."""
+    import relabel
+
+    rng = np.random.default_rng(0)
+    asked = np.array([0] * 8 + [1] * 8 + [2, 2])
+    embeddings = rng.normal(size=(18, 40)) * 0.3
+    embeddings[np.arange(18), asked] += 3.0
+    embeddings[0, :3] = [0.0, 3.0, 0.0]  # asked for 0 and passed the check, but reads like label 1
+    on = np.ones(18, dtype=bool)
+    on[17] = False  # off-label, asked for 2: label 2 keeps a single on-label sample (16)
+    read = relabel.read_by_own_samples(embeddings, asked, on, n_labels=3)
+    assert (read[1:8] == 0).all() and (read[8:16] == 1).all() and read[0] == 1
+    assert read[17] == 2  # off-label: read against every centroid, label 2's (sample 16) included
+    assert read[16] in (0, 1)  # its own label has no centroid without it
+    # one label among the on-label samples: nothing to read against
+    assert (relabel.read_by_own_samples(embeddings, np.zeros(18, dtype=int), on, 3) == -1).all()
+
+
 def test_a_validation_grid_runs_the_choosing_group_and_refuses_a_held_out_task():
     import quality_tasks
 
