@@ -470,6 +470,48 @@ def test_first_round_pools_show_round_0s_best_by_the_sum_of_every_vote_so_far() 
         policy.pools(NoisyVotes(up, None, 1.0, 8), samples(np.zeros(n, int), name="other"), s)
 
 
+def test_no_close_copies_turns_down_a_sample_nearer_its_examples_than_round_0s_samples_to_each_other():
+    """Round 0: label 0's samples lie at cosine 0.6 from each other, label 1's at 0.2 (one axis each
+    plus their own); the ceiling is the quantile of those nearest-neighbour cosines. The embedder is
+    a test double: the subject is which examples a prompt shows and the comparison."""
+    import policies
+
+    from wasp_vllm.pipeline.policy import VotedSamples
+    from wasp_vllm.privacy.voting import NoisyVotes
+
+    n = 8
+    labels = np.arange(n) % 2
+    embeddings = np.zeros((n, 2 + n))
+    embeddings[np.arange(n), labels] = np.where(labels == 0, np.sqrt(0.6), np.sqrt(0.2))
+    embeddings[np.arange(n), 2 + np.arange(n)] = np.where(labels == 0, np.sqrt(0.4), np.sqrt(0.8))
+    texts = [f"the {w} sample of round zero" for w in ("first", "second", "third", "fourth", "fifth",
+                                                         "sixth", "seventh", "eighth")]  # fmt: skip
+    samples = VotedSamples(texts=texts, labels=labels, plms=np.zeros(n, int), embeddings=embeddings,
+                           rounds=np.zeros(n, int), n_labels=2, n_plms=1)  # fmt: skip
+    policy = policies.policy_of("no-close-copies")
+    assert policy.reject(texts[0], "a", f"Example: {texts[0]}") is None  # round 0: nothing chosen yet
+    chosen = policy.pools(NoisyVotes(np.arange(n, dtype=float), None, 1.0, 8), samples, 1)
+    # nearest-neighbour cosines: 0.6 (four rows), 0.2 (four rows); their 0.95 quantile is 0.6
+    assert policy._ceiling == pytest.approx(0.6)
+    shown = texts[int(chosen.good[0][0])]  # label 0's best voted: the seventh
+
+    class OneVector:  # test double of the embedder: every text embeds as ``vec``
+        def __init__(self, vec: np.ndarray) -> None:
+            self.vec = vec
+
+        def encode(self, batch: list[str]) -> np.ndarray:
+            return np.array([self.vec] * len(batch))
+
+    twin = embeddings[int(chosen.good[0][0])] + 0.05 * embeddings[0]  # nearer it than 0.6
+    policy._embedder = OneVector(twin)
+    prompt = f"Write a review like this one.\nExample: {shown}\nReview:"
+    assert policy.reject("a new review", "a", prompt) == "close_copy"
+    assert policy.reject("a new review", "a", "Write a review.\nReview:") is None  # zero-shot: none shown
+    policy._embedder = OneVector(embeddings[1])  # label 1's direction: cosine 0 to the example
+    assert policy.reject("a new review", "a", prompt) is None
+    assert policies.nearest_neighbour_cosine(np.eye(3), np.arange(3), 0.5) == 1.0  # no pair: no ceiling
+
+
 def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:
     """Where the switch fires on every vote, the run is FuseGen's (same prompts, seeds and shares,
     so the same samples): the policy cannot do worse than zero-shot there by construction, and its
