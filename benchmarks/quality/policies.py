@@ -193,6 +193,7 @@ class NoCloseCopiesPolicy(PaperPolicy):
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """Each row scaled to unit length (float64; a zero row stays zero)."""
     rows = np.asarray(matrix, dtype=np.float64)
     return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 

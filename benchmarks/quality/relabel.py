@@ -62,6 +62,7 @@ from harness import (  # noqa: E402
     run_config,
     setup_logging,
 )
+from policies import unit_rows  # noqa: E402
 from round_stats import ReferenceJudge  # noqa: E402
 from seed_stats import fmt, fmt_diff, paired_diff  # noqa: E402
 
@@ -119,7 +120,7 @@ def read_by_own_samples(
     Nearest centroid, not a trained classifier: a round holds tens of on-label samples in 768
     dimensions, where a fitted model learns the noise (a logistic regression on 24 well-separated
     synthetic points in 30 dimensions misread a quarter of them out of fold)."""
-    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    unit = unit_rows(embeddings)
     onehot = np.eye(n_labels)[asked] * on[:, None]  # [n, labels]: an on-label sample's own label
     sums, counts = onehot.T @ unit, onehot.sum(axis=0)  # [labels, dim], [labels]
     # per sample, each label's centroid less the sample itself where it is in it
