@@ -99,13 +99,13 @@ class StandInEndpoint:
         elif body.get("logprobs") == 0:  # completions: the sampled tokens' log-probabilities
             choice["logprobs"] = {"token_logprobs": [-0.5, -1.5, -4.0], "top_logprobs": None}
         payload = json.dumps({"choices": [choice], "usage": {"completion_tokens": 5}}).encode()
+        with self._lock:  # before the answer: once the client has it, the test may read the count
+            self.answered.append(int(body["seed"]))
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(payload)))
         handler.end_headers()
         handler.wfile.write(payload)
-        with self._lock:
-            self.answered.append(int(body["seed"]))
 
     def close(self) -> None:
         self.server.shutdown()
