@@ -34,6 +34,8 @@ from wasp_vllm.ops.audit import (
     SIGNATURE_WORDS,
     Canary,
     CanaryDesign,
+    _left_out,
+    _sharing_a_key,
     audit,
     echo_scores,
     guess_membership,
@@ -107,6 +109,22 @@ def test_a_misspelt_copy_of_one_canary_never_echoes_another():
         slip = word[:2] + ("q" if word[2] != "q" else "x") + word[3:]
         scores = echo_scores(canaries, [f"a review that copied {slip} once"])
         assert scores[k] > 0 and np.count_nonzero(scores) == 1
+
+
+def test_the_word_index_finds_every_word_within_two_edits():
+    """make_canaries compares a new word only with the taken words that share a left-out key with
+    it; on short words of three letters (many pairs one and two edits apart) those hold every word
+    the textbook distance puts within two edits."""
+    rng = random.Random(5)
+    words = ["".join(rng.choice("abc") for _ in range(rng.randint(3, 7))) for _ in range(300)]
+    index: dict[str, list[str]] = {}
+    for word in words:
+        for key in _left_out(word, 2):
+            index.setdefault(key, []).append(word)
+    for word in words[:100]:
+        near = {other for other in words if _edit_distance(word, other) <= 2}
+        assert near <= _sharing_a_key(word, 2, index), word
+        assert any(_edit_distance(word, other) == 2 for other in near)  # the case a short key misses
 
 
 def test_words_a_plm_invents_in_the_canaries_style_seldom_echo_one():

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtr, ndtri
 
 from wasp_vllm.hotpate.accounting import BoundaryNoisyArgMax, StepOutcome, TargetChargingAccountant, Wrapper
 from wasp_vllm.hotpate.aggregators import VOTE_SENSITIVITY, Aggregator
@@ -134,7 +134,7 @@ def gaussian_sigma(n_teachers: int, vocab_size: int, fraction: float, beta: floa
     """``sigma = (f - 1/2) n / z(beta / V)``: the default threshold ``n/2 + L`` is then ``f n``."""
     if not 0.5 < fraction <= 1.0:
         raise ValueError("threshold_fraction must be in (0.5, 1]")
-    return (fraction - 0.5) * n_teachers / float(norm.isf(beta / vocab_size))
+    return (fraction - 0.5) * n_teachers / float(-ndtri(beta / vocab_size))
 
 
 def gaussian_release_cap(sigma: float, sensitivity: float, epsilon: float, delta: float) -> int:
@@ -183,7 +183,7 @@ class GaussianStep:
         sigma = self.aggregator.sigma
         if sigma == 0:
             return threshold > n_teachers
-        return bool(norm.sf((threshold - n_teachers) / sigma) < UNREACHABLE_P)
+        return bool(ndtr((n_teachers - threshold) / sigma) < UNREACHABLE_P)  # norm.sf(x) is ndtr(-x)
 
     def reserve(self) -> bool:
         if self.ledger is not None:
