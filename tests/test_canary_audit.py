@@ -34,14 +34,12 @@ from wasp_vllm.ops.audit import (
     SIGNATURE_WORDS,
     Canary,
     CanaryDesign,
-    _left_out,
-    _sharing_a_key,
     audit,
     echo_scores,
     guess_membership,
-    made_up_word,
     make_canaries,
 )
+from wasp_vllm.ops.canary_words import SeparatedWords, made_up_word
 from wasp_vllm.pipeline.backends import Backends
 from wasp_vllm.privacy.audit import one_run_epsilon_lower_bound, one_run_p_value
 
@@ -117,14 +115,13 @@ def test_the_word_index_finds_every_word_within_two_edits():
     the textbook distance puts within two edits."""
     rng = random.Random(5)
     words = ["".join(rng.choice("abc") for _ in range(rng.randint(3, 7))) for _ in range(300)]
-    index: dict[str, list[str]] = {}
-    for word in words:
-        for key in _left_out(word, 2):
-            index.setdefault(key, []).append(word)
+    taken = SeparatedWords(3)
+    taken.add(words)
     for word in words[:100]:
         near = {other for other in words if _edit_distance(word, other) <= 2}
-        assert near <= _sharing_a_key(word, 2, index), word
+        assert near <= taken.sharing_a_key(word), word
         assert any(_edit_distance(word, other) == 2 for other in near)  # the case a short key misses
+        assert not taken.admits([word])
 
 
 def test_words_a_plm_invents_in_the_canaries_style_seldom_echo_one():

@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import re
 import secrets
 from collections.abc import Sequence
@@ -47,21 +46,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wasp_vllm.ops.canary_words import MIN_SEPARATION, SeparatedWords, made_up_word
 from wasp_vllm.pipeline.store import write_json
 from wasp_vllm.privacy.audit import best_possible_bound, canaries_to_refute, one_run_epsilon_lower_bound
 
 log = logging.getLogger(__name__)
 
-#: Syllables of the made-up words: pronounceable, so a PLM copies them as words.
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "sk")
-_NUCLEI = ("a", "e", "i", "o", "u", "ai", "ou")
 SIGNATURE_WORDS = 6
-#: Syllables per made-up word.  Four, not three: a PLM shown made-up words invents more in their
-#: style, and under the tests' planted leak SmolLM2 wrote an excluded canary's three-syllable word
-#: ("pourofou") of its own accord, a false "in" guess that costs the attack its power.
-SYLLABLES = 4
-#: Edits between any two canaries' words: a one-letter misspelling of one is still two from another.
-MIN_SEPARATION = 3
 AUDIT_FILE = "audit.json"
 
 
@@ -152,59 +143,15 @@ def make_canaries(labels: Sequence[str], m: int, rng: secrets.SystemRandom) -> l
     at least :data:`MIN_SEPARATION` edits from every other canary's words, so a copy of one canary
     misspelt by one letter never counts as an echo of another (the attack's false "in" guesses)."""
     canaries: list[Canary] = []
-    near = MIN_SEPARATION - 1
-    # Every taken word under each way of leaving out up to `near` letters: two words within `near`
-    # edits share such a key, so only words that share one are compared (at the audit's default of
-    # 373 canaries, comparing each new word with every taken one took about a minute).
-    taken: dict[str, list[str]] = {}
+    taken = SeparatedWords(MIN_SEPARATION)
     while len(canaries) < m:
         words = [made_up_word(rng) for _ in range(SIGNATURE_WORDS)]
-        if any(
-            _within(w, other, near)
-            for i, w in enumerate(words)
-            for other in [*_sharing_a_key(w, near, taken), *words[:i]]
-        ):
+        if not taken.admits(words):
             continue
-        for word in words:
-            for key in _left_out(word, near):
-                taken.setdefault(key, []).append(word)
+        taken.add(words)
         label = labels[len(canaries) % len(labels)]
         canaries.append(Canary(label, f"About {label}:", " ".join(words)))
     return canaries
-
-
-def made_up_word(rng: random.Random, syllables: int = SYLLABLES) -> str:
-    """A pronounceable made-up word of ``syllables`` onset + nucleus pairs."""
-    return "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(syllables))
-
-
-def _left_out(word: str, letters: int) -> set[str]:
-    """The word with up to ``letters`` of its letters left out, the word itself included."""
-    keys, shorter = {word}, {word}
-    for _ in range(letters):
-        shorter = {w[:i] + w[i + 1 :] for w in shorter for i in range(len(w))}
-        keys |= shorter
-    return keys
-
-
-def _sharing_a_key(word: str, letters: int, index: dict[str, list[str]]) -> set[str]:
-    """The indexed words that share a key of :func:`_left_out` with ``word``: every word within
-    ``letters`` edits of it is among them (each edit leaves out at most one letter on each side)."""
-    return {other for key in _left_out(word, letters) for other in index.get(key, ())}
-
-
-def _within(a: str, b: str, edits: int) -> bool:
-    """Whether ``a`` and ``b`` are at most ``edits`` insertions, deletions or substitutions apart."""
-    if abs(len(a) - len(b)) > edits:
-        return False
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        previous, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ca != cb))
-        if min(row) > edits:
-            return False  # the distance never falls again
-    return row[-1] <= edits
 
 
 def _words(text: str) -> set[str]:
