@@ -35,13 +35,18 @@ def start_server(model_dir: str, port: int, log: Path, env: dict[str, str] | Non
     """`vllm serve` as the launch README gives it, in a process group of its own.
 
     Without ``--gpu-memory-utilization`` in ``extra`` it is a CPU box: the in-process engine's CPU flags
-    (eager, no chunked prefill) and a 1 GiB KV cache.
+    (eager, no chunked prefill) and a 1 GiB KV cache. The number type is the in-process engine's too
+    (``model_dtype``): on a CPU that emulates bf16, float32 wrote 4.4x SmolLM2's tokens per second.
     """
+    from wasp_vllm.engines.devices import model_dtype
+
+    gpu = "--gpu-memory-utilization" in extra
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-           "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
+           "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", model_dtype("auto", "cuda" if gpu else "cpu"),
            "--max-model-len", "2048", "--enable-prefix-caching", "--seed", "0",
            "--disable-uvicorn-access-log"]  # fmt: skip
-    if "--gpu-memory-utilization" not in extra:
+    if not gpu:
         cmd += ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
     with open(log, "ab") as out:
         env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1"} | (env or {})
