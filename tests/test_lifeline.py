@@ -123,12 +123,15 @@ def _engine_cores(run: psutil.Process) -> list[psutil.Process]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_real_vllm_run_killed_with_sigkill_leaves_no_engine_process(tmp_path):
-    """``kill -9`` of a real run on the vLLM engine: 15 s later none of its processes is alive."""
+    """``kill -9`` of a real run on the vLLM engine: 15 s later none of its processes is alive.  The run
+    starts its engine core as a process of its own, as on a GPU (on a small CPU it would keep it in
+    its own process, and there would be nothing to leave behind)."""
     pytest.importorskip("vllm")
+    env = os.environ | {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     argv = [sys.executable, "-m", "wasp_vllm", "generate", "--plms", "smollm2", "--engine", "vllm",
             "--task", "drugs", "--private", "drugs:fit", "--n", "300", "--rounds", "2", "--s", "2",
             "--max-new-tokens", "16", "--out", str(tmp_path / "run")]  # fmt: skip
-    run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, cores = time.monotonic() + 600, []
         while not cores and run.poll() is None and time.monotonic() < deadline:

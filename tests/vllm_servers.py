@@ -41,7 +41,7 @@ def start_server(model_dir: str, port: int, log: Path, env: dict[str, str] | Non
     (one replica wrote 1.05x the in-process engine's tokens per second, 0.61x at vLLM's default).
     """
     from wasp_vllm.engines.devices import model_dtype
-    from wasp_vllm.engines.vllm_engine import small_cpu
+    from wasp_vllm.engines.vllm_engine import cpu_engine_env
 
     gpu = "--gpu-memory-utilization" in extra
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
@@ -52,8 +52,8 @@ def start_server(model_dir: str, port: int, log: Path, env: dict[str, str] | Non
     if not gpu:
         cmd += ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
     with open(log, "ab") as out:
-        cores = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"} if not gpu and small_cpu() else {}
-        env = cores | os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1"} | (env or {})
+        cpu = {} if gpu else cpu_engine_env(kv_cache_gib=1, in_process=False)  # the product's choices
+        env = os.environ | cpu | (env or {})
         return subprocess.Popen([*cmd, *extra], env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 

@@ -3,9 +3,10 @@
 vLLM (V1) runs each ``vllm.LLM``'s engine core in a child process that ignores SIGTERM and SIGINT
 (it waits for its front end to ask it to shut down).  When the front end dies without asking
 (``kill -9``, or SIGTERM's default action, which runs no cleanup) the core stays alive, holding
-its memory, until someone finds it.  So every engine core a run starts gets a watchdog thread
-that polls its parent's pid; once the parent is gone (the core was re-parented) it kills its own
-descendants and exits.
+its memory, until someone finds it.  So every engine core a run starts in a process of its own
+gets a watchdog thread that polls its parent's pid; once the parent is gone (the core was
+re-parented) it kills its own descendants and exits.  (On a CPU of a few cores a run keeps its
+engines in its own process, ``engines/vllm_engine.py: cpu_engine_env``: nothing to leave behind.)
 
 How it gets there: vLLM starts the core with ``target=EngineCoreProc.run_engine_core``.
 :func:`install` replaces that target with :func:`run_engine_core_watched`, a module-level function

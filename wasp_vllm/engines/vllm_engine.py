@@ -7,9 +7,10 @@ KV cache from ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from wasp_vllm.engines import lifeline
@@ -42,17 +43,44 @@ def small_cpu() -> bool:
     return (os.cpu_count() or 1) <= SMALL_CPU_CORES
 
 
+def cpu_engine_env(kv_cache_gib: float, in_process: bool = True) -> dict[str, str]:
+    """The environment a ``vllm-cpu`` engine starts with on this machine, less what the user has set
+    (a value already in the environment stands).  ``in_process``: a ``vllm.LLM`` of this process, not
+    a ``vllm serve`` (whose engine core is always a process of its own)."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(int(kv_cache_gib))}
+    if small_cpu():
+        # vllm-cpu keeps a core for its front end; in-process the front end mostly waits, and
+        # on 2 cores every core wrote 1.7x the tokens/s (benchmarks/results/engine_cores.md).
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+        if in_process:
+            # The engine core and its worker in this process instead of two spawned ones, each
+            # importing vLLM again: two PLMs start in 27 s against 74 s, at 1.03-1.10x the tokens/s
+            # and with the same samples (benchmarks/results/engine_processes.md); nothing can be
+            # orphaned.  vLLM's CPU worker then owns torch's thread count in this process.
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    return {k: v for k, v in env.items() if k not in os.environ}
+
+
+@contextlib.contextmanager
+def engine_environment(options: EngineOptions) -> Iterator[None]:
+    """vLLM's environment (:func:`cpu_engine_env` on a CPU) while an engine starts, and only then: vLLM
+    reads it at start-up and its processes inherit it, a process started later (a ``vllm serve``,
+    Ray) does not."""
+    added = {} if gpu_available() else cpu_engine_env(options.cpu_kv_cache_gib)
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 def llm_arguments(plm: ResolvedPLM, options: EngineOptions) -> dict[str, Any]:
     """``vllm.LLM``'s arguments for one PLM: the one place engine options become vLLM's, on a GPU or
-    on ``vllm-cpu`` (Hot PATE's teachers start from these too)."""
+    on ``vllm-cpu`` (Hot PATE's teachers start from these too; start it in
+    :func:`engine_environment`)."""
     lifeline.install()  # the engine core process this LLM starts ends with the run, however it ends
     on_gpu = gpu_available()
-    if not on_gpu:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kv_cache_gib)))
-        if small_cpu():
-            # vllm-cpu keeps a core for its front end; in-process the front end mostly waits, and
-            # on 2 cores every core wrote 1.7x the tokens/s (benchmarks/results/engine_cores.md).
-            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     kwargs: dict[str, Any] = dict(
         model=str(plm.path),
         dtype=options.dtype,
@@ -89,7 +117,8 @@ class VLLMEngine:
         # (weights offloaded, KV cache freed) except while it generates.
         self.sleep_mode = bool(kwargs.get("enable_sleep_mode"))
         log.debug("starting vLLM engine %s (%s)", self.name, "GPU" if on_gpu else "CPU")
-        self._llm = LLM(**kwargs)
+        with engine_environment(options):
+            self._llm = LLM(**kwargs)
         self._tokenizer = ensure_chat_template(self._llm.get_tokenizer(), plm.name)
         if self.sleep_mode:
             self._llm.sleep(level=1)

