@@ -55,7 +55,8 @@ def one_variant(s: gw.PLMWorkload) -> dict[str, Any]:
     prompts, _ = gw.bench_prompts(s.n_prompts)
     seeds = [1_000 + i for i in range(len(prompts))]
     params = gw.fixed_length_params(s.new_tokens)
-    engines, out = {}, {}
+    engines: dict[str, Any] = {}
+    out: dict[str, dict[str, Any]] = {}
     for plm in s.plms:
         engines[plm], startup = gw.start_vllm(plm, False)
         out[plm] = {"startup_s": round(startup, 2)}
