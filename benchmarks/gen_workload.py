@@ -323,17 +323,26 @@ def variant_bars(
 
     plt = report.pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for i, per_variant in enumerate(runs.values()):
-        for j, variant in enumerate(variants):
-            vals = [r["tps"] for r in per_variant[variant]]
-            x = i + (j - 0.5) * 0.38
-            ax.bar(x, report.median(vals), width=0.36, color=("tab:gray", "tab:blue")[j],
-                   label=variant if i == 0 else None)  # fmt: skip
-            ax.scatter([x] * len(vals), vals, color="k", s=10, zorder=3)
-    ax.set_xticks(range(len(runs)), list(runs))
+    variant_bars_on(ax, runs, variants, "tps")
     ax.set_ylabel("tokens/s (bars: median; dots: repetitions)")
     ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def variant_bars_on(
+    ax: Any, runs: dict[str, dict[str, list[dict]]], variants: Sequence[str], field: str
+) -> None:
+    """On ``ax``, per PLM, a bar of each variant's median ``field`` and dots for its repetitions."""
+    import report
+
+    for i, per_variant in enumerate(runs.values()):
+        for j, variant in enumerate(variants):
+            vals = [r[field] for r in per_variant[variant]]
+            x = i + (j - 0.5) * 0.38
+            ax.bar(x, report.median(vals), width=0.36, color=("tab:gray", "tab:blue")[j],
+                   label=variant if i == 0 else None)  # fmt: skip
+            ax.scatter([x] * len(vals), vals, color="k", s=10, zorder=3)
+    ax.set_xticks(range(len(runs)), list(runs))
