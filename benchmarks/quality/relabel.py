@@ -19,7 +19,9 @@ label descriptions and the embedder; no privacy cost). This measures both on the
   reads as another label;
 * for each: kept / generated (generated = every sample written, the other checks' rejects
   included), label agreement against a classifier trained on ``TASK:fit`` (as the tasks grid's),
-  and the largest label's share of what is kept (re-labelling may pile samples onto one label).
+  and the largest label's share of what is kept (re-labelling may pile samples onto one label);
+* on the same samples, how far routing could go: each PLM keeps its even share of the round but
+  writes the labels it writes on-label most often (``routing``), against today's even split.
 
 Zero-shot samples only: WASP's few-shot rounds may miss their label at another rate. The choosing
 group's tasks only (docs/suite.md): this chooses, so the held-out group is refused. FuseGen does
@@ -169,7 +171,7 @@ def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder:
     start = time.perf_counter()
     manifest = write_round(lambda: Run(prepare(run_config(METHOD, seed, Data(task, "validation"), settings)),
                                        out, engine_factory=pool, embedder=embedder), out)  # fmt: skip
-    written = pq.read_table(out / "synthetic.parquet", columns=["text", "label"])
+    written = pq.read_table(out / "synthetic.parquet", columns=["text", "label", "plm"])
     texts, labels = written.column("text").to_pylist(), written.column("label").to_pylist()
     asked = np.array([spec.labels.index(x) for x in labels])
     check = LabelCheck(spec, embedder)
@@ -179,8 +181,61 @@ def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder:
     reader = read_by_own_samples(embeddings, asked, leads >= 0, len(spec.labels))
     found = outcomes(asked, leads, check.scores(embeddings).argmax(axis=1), judge.predict(task, texts),
                      generated, len(spec.labels), args.margins, reader)  # fmt: skip
+    hits, counts = plm_label_counts(written.column("plm").to_pylist(), asked, leads >= 0, len(spec.labels))
     return {"task": task, "seed": seed, "generated": generated, "written": len(texts),
-            "seconds": round(time.perf_counter() - start, 1), **found}  # fmt: skip
+            "seconds": round(time.perf_counter() - start, 1), "plm_label_on": hits,
+            "plm_label_written": counts, **found}  # fmt: skip
+
+
+def plm_label_counts(plms: Sequence[str], asked: np.ndarray, on: np.ndarray, n_labels: int,
+                     order: Sequence[str] = PLMS) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
+    """Per PLM (in ``order``) and label: how many of its samples the label check reads as on-label,
+    and how many it wrote."""
+    rows = np.array([list(order).index(p) for p in plms], dtype=int)
+    hits, counts = np.zeros((len(order), n_labels), int), np.zeros((len(order), n_labels), int)
+    np.add.at(counts, (rows, asked), 1)
+    np.add.at(hits, (rows, asked), on.astype(int))
+    return hits.tolist(), counts.tolist()
+
+
+def best_routing(rates: np.ndarray) -> np.ndarray:
+    """The shares x[plm, label] of a round's samples that maximise the on-label share
+    sum(x * rates), where each PLM keeps an even share (rows sum to 1 / PLMs) and each label gets
+    an even split (columns sum to 1 / labels): which PLM writes which label, given how often each
+    wrote each label on-label (public: the label check reads only the samples)."""
+    from scipy.optimize import linprog
+
+    n_plms, n_labels = rates.shape
+    rows = np.kron(np.eye(n_plms), np.ones(n_labels))  # one equation per PLM
+    cols = np.kron(np.ones(n_plms), np.eye(n_labels))  # one per label
+    found = linprog(-rates.ravel(), A_eq=np.vstack([rows, cols]), bounds=(0, None),
+                    b_eq=np.r_[np.full(n_plms, 1 / n_plms), np.full(n_labels, 1 / n_labels)])  # fmt: skip
+    return found.x.reshape(rates.shape)
+
+
+def routing(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """Per task: the on-label share of the samples under today's even split of every label over
+    the PLMs, under the routing that is best for the same samples (in-sample: an upper bound), and
+    under the routing chosen on another seed's samples (what a run could do with its previous
+    round's rates), mean over seeds. Routing changes only which PLM writes which label."""
+    out: dict[str, dict[str, float]] = {}
+    for task in dict.fromkeys(r["task"] for r in runs):
+        rates = [np.divide(r["plm_label_on"], np.maximum(r["plm_label_written"], 1))
+                 for r in runs if r["task"] == task and "plm_label_on" in r]  # fmt: skip
+        if not rates:
+            continue
+        even = [float(r.mean()) for r in rates]
+        inside = [float((best_routing(r) * r).sum()) for r in rates]
+        row = {"even": statistics.fmean(even), "routed, same samples": statistics.fmean(inside)}
+        if len(rates) > 1:  # route by each other seed, score on this one
+            across = [float((best_routing(o) * r).sum()) for i, r in enumerate(rates)
+                      for j, o in enumerate(rates) if i != j]  # fmt: skip
+            row["routed by another seed"] = statistics.fmean(across)
+        out[task] = row
+    if out:
+        ways = next(iter(out.values())).keys()
+        out["mean over tasks"] = {w: statistics.fmean(r[w] for r in out.values() if w in r) for w in ways}
+    return out
 
 
 def summary(runs: list[dict]) -> dict[str, dict[str, Any]]:
@@ -238,8 +293,18 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
              "the asked label or the check's; reader vets: also rejects on-label ones it reads otherwise.",
              "The goal (issue 59): kept / generated ≥ 0.7 without losing label agreement."]  # fmt: skip
     columns = ["task (group)", "way", "kept / generated", "label agreement", "largest label share"]
-    return [report.Table("Reject or relabel an off-label sample (one zero-shot round, both PLMs)", columns,
-                         rows, notes)]  # fmt: skip
+    found = [report.Table("Reject or relabel an off-label sample (one zero-shot round, both PLMs)", columns,
+                          rows, notes)]  # fmt: skip
+    if routed := payload.get("routing"):
+        ways = list(routed["mean over tasks"])
+        found.append(report.Table(
+            "Which PLM writes which label: the on-label share of the written samples", ["task", *ways],
+            [[task, *(f"{row[w]:.3f}" if w in row else "-" for w in ways)] for task, row in routed.items()],
+            ["even: every label split evenly over the PLMs (today); routed: each PLM keeps an even share "
+             "of the round but writes the labels it wrote on-label most often (a linear programme), "
+             "chosen on the same samples (an upper bound) or on another seed's. The label check's "
+             "verdict only; kept / generated is about this share times written / generated."]))  # fmt: skip
+    return found
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
@@ -319,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         embedder.flush()
     payload["tasks"] = summary(payload["runs"])
     payload["overall"] = overall(payload["tasks"])
+    payload["routing"] = routing(payload["runs"])
     title = "Re-labelling against rejecting an off-label sample"
     report.write_all(args.out, args.name, title, report.finish(payload), tables(payload), plot)
     return 0
