@@ -240,23 +240,26 @@ def test_routing_gives_each_plm_the_labels_it_writes_on_label_within_its_even_sh
     8 times in 10; the best routing gives each PLM its label (on-label 0.85 against 0.5 evenly)."""
     import relabel
 
-    plms = ["smollm2"] * 4 + ["gemma3"] * 2
-    hits, counts = relabel.plm_label_counts(plms, np.array([0, 0, 1, 1, 0, 1]),
-                                            np.array([1, 1, 0, 1, 0, 1], bool), 2)  # fmt: skip
-    assert hits == [[2, 1], [0, 1]] and counts == [[2, 2], [1, 1]]
+    plms, asked = ["smollm2"] * 4 + ["gemma3"] * 2, np.array([0, 0, 1, 1, 0, 1])
+    assert relabel.plm_label_counts(plms, asked, np.array([1, 1, 0, 1, 0, 1], bool), 2) == [[2, 1], [0, 1]]
+    assert relabel.plm_label_counts(plms, asked, np.ones(6, bool), 2) == [[2, 2], [1, 1]]
     rates = np.array([[0.9, 0.3], [0.1, 0.8]])
     assert relabel.best_routing(rates) == pytest.approx(np.array([[0.5, 0.0], [0.0, 0.5]]), abs=1e-9)
     # three labels, two PLMs: every PLM keeps half, every label a third
     x = relabel.best_routing(np.array([[0.9, 0.5, 0.1], [0.2, 0.6, 0.7]]))
     assert x.sum(axis=1) == pytest.approx([0.5, 0.5]) and x.sum(axis=0) == pytest.approx([1 / 3] * 3)
     assert x[0, 0] == pytest.approx(1 / 3) and x[1, 2] == pytest.approx(1 / 3)
-    as_run = {"plm_label_on": [[9, 3], [1, 8]], "plm_label_written": [[10, 10], [10, 10]]}
-    other = {"plm_label_on": [[2, 8], [8, 2]], "plm_label_written": [[10, 10], [10, 10]]}  # the other way
+    tens = {"plm_label_written": [[10, 10], [10, 10]]}
+    as_run = {"plm_label_on": [[9, 3], [1, 8]], "plm_label_agreed": [[9, 0], [0, 4]], **tens}
+    other = {"plm_label_on": [[2, 8], [8, 2]], "plm_label_agreed": [[2, 8], [8, 2]], **tens}  # the other way
     found = relabel.routing([{"task": "trec", "seed": 0, **as_run}, {"task": "trec", "seed": 1, **other}])
     assert found["trec"]["even"] == pytest.approx((0.525 + 0.5) / 2)
+    assert found["trec"]["agreement, even"] == pytest.approx((13 / 21 + 1.0) / 2)
     assert found["trec"]["routed, same samples"] == pytest.approx((0.85 + 0.8) / 2)
     # each seed routed by the other's rates: the wrong PLM writes each label
     assert found["trec"]["routed by another seed"] == pytest.approx((0.2 + 0.2) / 2)
+    # seed 0 routed by seed 1 (first PLM writes label 1, second label 0): none agreed there
+    assert found["trec"]["agreement, routed by another seed"] == pytest.approx((0.0 + 1.0) / 2)
     assert found["mean over tasks"] == found["trec"]
 
 

@@ -179,23 +179,23 @@ def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder:
     generated = len(texts) + sum(manifest_rejects(manifest).values())
     leads = check.leads(embeddings, labels)
     reader = read_by_own_samples(embeddings, asked, leads >= 0, len(spec.labels))
-    found = outcomes(asked, leads, check.scores(embeddings).argmax(axis=1), judge.predict(task, texts),
+    judged = judge.predict(task, texts)
+    found = outcomes(asked, leads, check.scores(embeddings).argmax(axis=1), judged,
                      generated, len(spec.labels), args.margins, reader)  # fmt: skip
-    hits, counts = plm_label_counts(written.column("plm").to_pylist(), asked, leads >= 0, len(spec.labels))
+    plms, on = written.column("plm").to_pylist(), leads >= 0
+    flags = {"written": np.ones_like(on), "on": on, "agreed": on & (judged == asked)}
+    cells = {f"plm_label_{k}": plm_label_counts(plms, asked, f, len(spec.labels)) for k, f in flags.items()}
     return {"task": task, "seed": seed, "generated": generated, "written": len(texts),
-            "seconds": round(time.perf_counter() - start, 1), "plm_label_on": hits,
-            "plm_label_written": counts, **found}  # fmt: skip
+            "seconds": round(time.perf_counter() - start, 1), **cells, **found}  # fmt: skip
 
 
-def plm_label_counts(plms: Sequence[str], asked: np.ndarray, on: np.ndarray, n_labels: int,
-                     order: Sequence[str] = PLMS) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
-    """Per PLM (in ``order``) and label: how many of its samples the label check reads as on-label,
-    and how many it wrote."""
+def plm_label_counts(plms: Sequence[str], asked: np.ndarray, flags: np.ndarray, n_labels: int,
+                     order: Sequence[str] = PLMS) -> list[list[int]]:  # fmt: skip
+    """Per PLM (in ``order``) and asked label: how many of its samples are flagged."""
+    counts = np.zeros((len(order), n_labels), int)
     rows = np.array([list(order).index(p) for p in plms], dtype=int)
-    hits, counts = np.zeros((len(order), n_labels), int), np.zeros((len(order), n_labels), int)
-    np.add.at(counts, (rows, asked), 1)
-    np.add.at(hits, (rows, asked), on.astype(int))
-    return hits.tolist(), counts.tolist()
+    np.add.at(counts, (rows, asked), flags.astype(int))
+    return counts.tolist()
 
 
 def best_routing(rates: np.ndarray) -> np.ndarray:
@@ -213,24 +213,39 @@ def best_routing(rates: np.ndarray) -> np.ndarray:
     return found.x.reshape(rates.shape)
 
 
+def routed_figures(shares: np.ndarray, on: np.ndarray, agreed: np.ndarray) -> tuple[float, float]:
+    """The on-label share of the samples under ``shares`` (per PLM and label, as ``best_routing``)
+    and the reference classifier's agreement with the on-label ones, from each cell's rates."""
+    on_label = float((shares * on).sum())
+    return on_label, float((shares * agreed).sum()) / max(on_label, 1e-12)
+
+
 def routing(runs: list[dict]) -> dict[str, dict[str, float]]:
-    """Per task: the on-label share of the samples under today's even split of every label over
-    the PLMs, under the routing that is best for the same samples (in-sample: an upper bound), and
-    under the routing chosen on another seed's samples (what a run could do with its previous
-    round's rates), mean over seeds. Routing changes only which PLM writes which label."""
+    """Per task, mean over seeds: the on-label share of the written samples under today's even
+    split of every label over the PLMs, under the routing that is best for the same samples
+    (in-sample: an upper bound), and under the routing chosen on another seed's samples (what a
+    run could do with its previous round's rates); for the last, also the label agreement of the
+    on-label samples (``agreement, routed by another seed``; today's: ``agreement, even``).
+    Routing changes only which PLM writes which label, so each PLM-label cell's samples stand for
+    its share: the figures are those cells' rates weighted by the routing."""
     out: dict[str, dict[str, float]] = {}
     for task in dict.fromkeys(r["task"] for r in runs):
-        rates = [np.divide(r["plm_label_on"], np.maximum(r["plm_label_written"], 1))
-                 for r in runs if r["task"] == task and "plm_label_on" in r]  # fmt: skip
-        if not rates:
+        mine = [r for r in runs if r["task"] == task and "plm_label_on" in r]
+        if not mine:
             continue
-        even = [float(r.mean()) for r in rates]
-        inside = [float((best_routing(r) * r).sum()) for r in rates]
-        row = {"even": statistics.fmean(even), "routed, same samples": statistics.fmean(inside)}
-        if len(rates) > 1:  # route by each other seed, score on this one
-            across = [float((best_routing(o) * r).sum()) for i, r in enumerate(rates)
-                      for j, o in enumerate(rates) if i != j]  # fmt: skip
-            row["routed by another seed"] = statistics.fmean(across)
+        written = [np.maximum(r["plm_label_written"], 1) for r in mine]
+        cells = [(np.divide(r["plm_label_on"], n), np.divide(r["plm_label_agreed"], n))
+                 for r, n in zip(mine, written, strict=True)]  # fmt: skip
+        even = [routed_figures(np.full(on.shape, 1 / on.size), on, agreed) for on, agreed in cells]
+        inside = [routed_figures(best_routing(on), on, agreed)[0] for on, agreed in cells]
+        row = {"even": statistics.fmean(f[0] for f in even),
+               "agreement, even": statistics.fmean(f[1] for f in even),
+               "routed, same samples": statistics.fmean(inside)}  # fmt: skip
+        if len(cells) > 1:  # route by each other seed's rates, score on this one
+            across = [routed_figures(best_routing(other), on, agreed) for i, (on, agreed) in enumerate(cells)
+                      for j, (other, _) in enumerate(cells) if i != j]  # fmt: skip
+            row["routed by another seed"] = statistics.fmean(f[0] for f in across)
+            row["agreement, routed by another seed"] = statistics.fmean(f[1] for f in across)
         out[task] = row
     if out:
         ways = next(iter(out.values())).keys()
@@ -298,12 +313,15 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
     if routed := payload.get("routing"):
         ways = list(routed["mean over tasks"])
         found.append(report.Table(
-            "Which PLM writes which label: the on-label share of the written samples", ["task", *ways],
+            "Which PLM writes which label: the on-label share of the written samples, and their agreement",
+            ["task", *ways],
             [[task, *(f"{row[w]:.3f}" if w in row else "-" for w in ways)] for task, row in routed.items()],
             ["even: every label split evenly over the PLMs (today); routed: each PLM keeps an even share "
              "of the round but writes the labels it wrote on-label most often (a linear programme), "
-             "chosen on the same samples (an upper bound) or on another seed's. The label check's "
-             "verdict only; kept / generated is about this share times written / generated."]))  # fmt: skip
+             "chosen on the same samples (an upper bound) or on another seed's. On-label: the label "
+             "check's verdict; kept / generated is about this share times written / generated. "
+             "Agreement: of the on-label samples with the reference classifier, each PLM-label cell "
+             "weighted by its routed share."]))  # fmt: skip
     return found
 
 
