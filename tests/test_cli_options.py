@@ -151,3 +151,27 @@ def test_the_run_settings_are_one_value_per_role_and_each_help_panel_is_its_role
     )  # fmt: skip
     assert cfg.privacy == PrivacySettings(epsilon=2.0)
     assert cfg.data == DataSettings()
+
+
+def _commands(group: TyperGroup, prefix: str = "") -> dict[str, object]:
+    """Every command and sub-command of ``group``, by its full name."""
+    found: dict[str, object] = {}
+    for name, command in group.commands.items():
+        found[prefix + name] = command
+        if isinstance(command, TyperGroup):
+            found |= _commands(command, f"{prefix}{name} ")
+    return found
+
+
+def test_every_command_sums_itself_up_in_one_line_of_the_command_list():
+    """`wasp-vllm --help` lists each command by its help's first paragraph, keeping its line breaks:
+    a summary written over several lines reads as ragged lines there."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)
+    commands = _commands(group)
+    assert {"generate", "audit", "models", "fleet up"} <= set(commands)
+    for name, command in commands.items():
+        summary = (getattr(command, "help", None) or "").strip().split("\n\n")[0]
+        assert summary and "\n" not in summary, f"{name}: {summary!r}"
+    listing = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "100"}).output
+    assert "a lower bound on the epsilon a real run of them has" in " ".join(listing.split())

@@ -52,12 +52,13 @@ def audit(
         bool, typer.Option("--allow-weak", help="Run an audit that cannot refute the claim (warns loudly).")
     ] = False,
 ) -> None:
-    """Audit these settings: canaries in the private data, one real run, a membership attack on
-    the published text only, and a lower bound on the epsilon the run really has, beside the one it
-    claims. A bound above the claim proves a leak; a bound below it does not prove the claim. An
-    audit that could not refute the claim even with a perfect attack is refused (--allow-weak). The
-    audit's run spends privacy on the canaries: publish a separate run. Settings not shown here
-    come from --config."""
+    """Audit these settings: a lower bound on the epsilon a real run of them has, beside its claim.
+
+    Canaries go into the private data, one real run is made, and a membership attack reads the
+    published text only. A bound above the claim proves a leak; a bound below it does not prove the
+    claim. An audit that could not refute the claim even with a perfect attack is refused
+    (--allow-weak). The audit's run spends privacy on the canaries: publish a separate run.
+    Settings not shown here come from --config."""
     setup_logging(False)
     with friendly_errors():
         from wasp_vllm.ops.audit import audit as run_audit

@@ -26,8 +26,10 @@ def models(
         str, typer.Option(help="Task whose zero-shot prompt --show-prompt renders.")
     ] = RunConfig.model_fields["task"].default,
 ) -> None:
-    """List the PLM presets: hub id, GPU memory in bf16, prompt format, sampling, and whether each
-    resolves on this machine (from the local Hugging Face cache; nothing is downloaded or loaded)."""
+    """List the PLM presets: hub id, GPU memory, prompt format, sampling, and whether each is here.
+
+    Here: in the local Hugging Face cache (nothing is downloaded or loaded); the memory is the
+    weights' in bf16."""
     with friendly_errors():
         if show_prompt is not None:
             typer.echo(rendered_prompt(show_prompt, task))
