@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import round_stats  # the same figure the tasks grid reports per vote
 
+from wasp_vllm.pipeline import label_check
 from wasp_vllm.pipeline.policy import ChosenPools, PaperPolicy, VotedSamples
 from wasp_vllm.pipeline.selection import select_pools
 from wasp_vllm.privacy.voting import NoisyVotes
@@ -193,9 +194,8 @@ class NoCloseCopiesPolicy(PaperPolicy):
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
-    """Each row scaled to unit length (float64; a zero row stays zero)."""
-    rows = np.asarray(matrix, dtype=np.float64)
-    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    """Each row scaled to unit length, in float64 (the label check's, at a policy's precision)."""
+    return label_check.unit_rows(matrix, np.float64)
 
 
 def nearest_neighbour_cosine(unit: np.ndarray, labels: np.ndarray, quantile: float) -> float:
@@ -230,7 +230,7 @@ def spread_out(rows: np.ndarray, embeddings: np.ndarray, s: int) -> np.ndarray:
     row whose highest cosine to those chosen is lowest."""
     if len(rows) <= s:
         return rows
-    unit = embeddings[rows] / np.maximum(np.linalg.norm(embeddings[rows], axis=1, keepdims=True), 1e-12)
+    unit = unit_rows(embeddings[rows])
     picked = [0]
     while len(picked) < s:
         nearest = (unit @ unit[picked].T).max(axis=1)

@@ -25,10 +25,10 @@ import numpy as np
 from wasp_vllm.tasks import TaskSpec
 
 
-def _unit_rows(matrix: np.ndarray) -> np.ndarray:
-    matrix = np.asarray(matrix, dtype=np.float32)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.maximum(norms, 1e-12)
+def unit_rows(matrix: np.ndarray, dtype: type[np.floating] = np.float32) -> np.ndarray:
+    """Each row scaled to unit length, as ``dtype`` (a zero row stays zero)."""
+    rows = np.asarray(matrix, dtype=dtype)
+    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
 
 class LabelCheck:
@@ -40,7 +40,7 @@ class LabelCheck:
         # ("Already borrowed"), so the check embeds one batch at a time.
         self._lock = threading.Lock()
         self.labels = list(task.labels)
-        self.prototypes = _unit_rows(embedder.encode([task.label_text(lab) for lab in self.labels]))
+        self.prototypes = unit_rows(embedder.encode([task.label_text(lab) for lab in self.labels]))
 
     def check(self, texts: Sequence[str], labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(embeddings, off-label mask)`` of a batch of samples; the embeddings are kept by the
@@ -51,7 +51,7 @@ class LabelCheck:
 
     def scores(self, embeddings: np.ndarray) -> np.ndarray:
         """[n, labels] cosine similarity of each sample to each label's description."""
-        return _unit_rows(embeddings) @ self.prototypes.T
+        return unit_rows(embeddings) @ self.prototypes.T
 
     def leads(self, embeddings: np.ndarray, labels: Sequence[str]) -> np.ndarray:
         """Per sample, its own label's similarity minus the best other label's: positive where the
