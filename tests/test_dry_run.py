@@ -1,8 +1,9 @@
 """``generate --dry-run`` and ``wasp_vllm.plan``: the plan of a run from settings and public facts.
 
-It must never read the private data (a missing file still gives a plan, an in-memory set is never
-touched), load a model or write anything; it says where its throughput comes from (the last run
-here, else a built-in table); and a real run records the estimate beside what happened."""
+It must never read the private data (a missing file still gives a plan, with a warning; an
+in-memory set is never touched), load a model or write anything; it says where its throughput
+comes from (the last run here, else a built-in table); and a real run records the estimate beside
+what happened."""
 
 from __future__ import annotations
 
@@ -81,6 +82,8 @@ def test_the_dry_run_plans_without_the_private_file(tmp_path, monkeypatch, no_re
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in result.output.splitlines()]
     assert [r for r in rows if r[:1] in (["0"], ["4"])] == [["0", "30", "30", "60"], ["4", "30", "30", "60"]]
     assert "built-in table" in text and "estimated wall time" in text and "tok/s" in text
+    # the plan says what the run will miss here (the file system's word: the file is not opened)
+    assert "--private nowhere/private.csv: file not found: the run itself needs it" in text
     assert not (tmp_path / "out").exists()  # nothing written
 
 

@@ -44,6 +44,7 @@ CASES = [
     ),
     ("builtin-data-for-a-task-file", {"private": "drugs", "task": "{task}"}, "pass your own records"),
     ("builtin-data-for-another-task", {"private": "drugs", "task": "imdb"}, "not to task 'imdb'"),
+    ("private-of-a-type-never-read", {"private": "records.txt"}, "records.txt: unknown file type .txt"),
 ]
 
 

@@ -171,7 +171,7 @@ def plan(
 
     Reads settings and public facts only: the private data is never opened (not even its size) and
     no model is loaded.  ``print(plan(...).to_dict())`` or ``wasp-vllm generate ... --dry-run``."""
-    from wasp_vllm.pipeline.context import check_run, check_run_models
+    from wasp_vllm.pipeline.context import check_run, check_run_models, private_file_missing
     from wasp_vllm.pipeline.estimate import plan_run
 
     cfg = run_config(private, config, settings)
@@ -179,6 +179,9 @@ def plan(
     in_memory = private is not None and private_name(private) == IN_MEMORY  # the data stays unread
     check_run(cfg, private_given=in_memory)
     check_run_models(cfg, dequantize=False)
+    if not in_memory and (missing := private_file_missing(cfg)):
+        # a plan may be made where the data is not; the run needs it
+        log.warning("--private %s: the run itself needs it", missing)
     return plan_run(cfg)
 
 

@@ -52,7 +52,8 @@ class DataError(ValueError):
 # ----- reading tables --------------------------------------------------------------------------
 
 
-def _table_format(path: Path) -> str:
+def table_format(path: Path) -> str:
+    """The format a file is read as, by its extension (a DataError for one we do not read)."""
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] in _COMPRESSION_SUFFIXES:
         suffixes = suffixes[:-1]
@@ -123,14 +124,21 @@ def _read_json(path: Path) -> pa.Table:
         return pa.Table.from_pylist(records)
 
 
+def missing_file(path: Path) -> str | None:
+    """Why ``path`` cannot be a data file, from the file system alone (it is not opened), or None."""
+    if not path.exists():
+        return f"{path}: file not found"
+    if not path.is_file():
+        return f"{path}: not a regular file"
+    return None
+
+
 def read_table(path: str | Path) -> pa.Table:
     """Read a csv, tsv, jsonl (.json lines) or parquet file into an Arrow table, by extension."""
     path = Path(path)
-    fmt = _table_format(path)
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    if not path.is_file():
-        raise DataError(f"{path}: not a regular file")
+    fmt = table_format(path)
+    if problem := missing_file(path):
+        raise DataError(problem)
     try:
         size = path.stat().st_size
     except OSError as exc:

@@ -206,13 +206,21 @@ def n_for_pool(s: int, rounds: int, n_labels: int) -> int:
 
 
 def _private_problem(cfg: RunConfig, private_given: bool) -> str | None:
-    """A built-in data set used for a task it does not belong to: the records the user meant are
-    their own file, which --private must name (the default 'drugs' serves the drugs task only)."""
+    """A --private file of a type we do not read (by its name), or a built-in data set used for a
+    task it does not belong to: the records the user meant are their own file, which --private must
+    name (the default 'drugs' serves the drugs task only)."""
     from wasp_vllm.data.builtin import BUILTIN
+    from wasp_vllm.data.sources import DataError, table_format
     from wasp_vllm.tasks.loader import looks_like_task_file
 
-    name = cfg.private.partition(":")[0]
-    if private_given or name not in BUILTIN or Path(cfg.private).exists():
+    name, path = cfg.private.partition(":")[0], Path(cfg.private)
+    if private_given:
+        return None
+    if name not in BUILTIN or path.exists():
+        try:
+            table_format(path)
+        except DataError as exc:
+            return f"--private {exc}"
         return None
     task = cfg.task.strip().lower().replace("-", "_")
     if looks_like_task_file(cfg.task) or task != name:
@@ -221,6 +229,17 @@ def _private_problem(cfg: RunConfig, private_given: bool) -> str | None:
             "pass your own records with --private FILE (csv, tsv, jsonl or parquet)"
         )
     return None
+
+
+def private_file_missing(cfg: RunConfig) -> str | None:
+    """Why --private names no file here (from the file system: nothing is opened), or None. Not a
+    check of the settings: a plan may be made where the data is not."""
+    from wasp_vllm.data.builtin import BUILTIN
+    from wasp_vllm.data.sources import missing_file
+
+    if cfg.private.partition(":")[0] in BUILTIN and not Path(cfg.private).exists():
+        return None
+    return missing_file(Path(cfg.private))
 
 
 def per_round_totals(n: int, rounds: int) -> np.ndarray:
