@@ -158,3 +158,25 @@ def test_the_dry_run_on_a_real_private_file_does_not_depend_on_its_size(tmp_path
         outputs.append(result.output)
         plans.append(json.dumps(wasp_vllm.plan("private.csv", plms=["smollm2", "gemma3"], n=300).to_dict()))
     assert outputs[0] == outputs[1] and plans[0] == plans[1]
+
+
+def test_the_dry_run_warns_where_the_run_would_refuse_its_out_folder(tmp_path, monkeypatch, no_readers):
+    """The run's own check of --out, as a warning (a plan may be made on another machine); the
+    folder is left as it was."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "manifest.json").write_text("{}")
+    (tmp_path / "a-file").write_text("x")
+    base = ["generate", *DEMO, "--private", "drugs", "--dry-run"]
+
+    def dry(*extra: str) -> str:
+        result = CliRunner().invoke(app, [*base, *extra], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.split())
+
+    assert "done already holds a run; pass --resume to continue it" in dry("--out", "done")
+    assert "already holds a run" not in dry("--out", "done", "--resume")
+    assert "--out a-file exists and is not a directory: the run would stop there" in dry("--out", "a-file")
+    assert "the run would stop there" not in dry("--out", "new")
+    assert sorted(p.name for p in (tmp_path / "done").iterdir()) == ["manifest.json"]
+    assert not (tmp_path / "new").exists()

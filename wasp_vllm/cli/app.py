@@ -170,7 +170,8 @@ def generate(
             "--dry-run",
             help="Print the plan and stop: sigma of every release and the epsilon split, samples per "
             "round and PLM, tokens and wall time per engine. Reads no private data, loads no model, "
-            "writes nothing.",
+            "writes nothing; warns where the run would stop on this machine (no --private file, an "
+            "--out it may not write).",
         ),
     ] = False,
     verbose: Annotated[
@@ -187,6 +188,7 @@ def generate(
             from wasp_vllm.cli.plan_view import print_plan
 
             print_plan(plan(config=config, **settings), Console())
+            _warn_if_out_refuses(out, resume=resume, overwrite=overwrite)
             return
 
         with chatter_to_file(verbose, out) as chatter, _progress() as progress, _out_kept(out):
@@ -194,6 +196,17 @@ def generate(
                 out=out, config=config, resume=resume, overwrite=overwrite, progress=progress, **settings
             )
         _print_summary(result.manifest, out, chatter)
+
+
+def _warn_if_out_refuses(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """The dry run's word on --out: the run's own check of the folder (it changes nothing), as a
+    warning, since a plan may be made on another machine than the run's."""
+    from wasp_vllm.pipeline.store import CheckpointError, RunStore
+
+    try:
+        RunStore(out).check(resume=resume, overwrite=overwrite)
+    except CheckpointError as exc:
+        log.warning("%s: the run would stop there", exc)
 
 
 @contextmanager
