@@ -166,6 +166,21 @@ def test_a_folder_without_a_run_is_one_clear_error(tmp_path):
     assert "not a finished run: manifest.json is missing" in " ".join(result.output.split())
 
 
+def test_an_out_that_cannot_be_the_report_folder_is_refused_before_anything_is_written(run, tmp_path):
+    """The report is a folder (index.html and its PNGs): a page name, or a file at --out, is one
+    clear error, and nothing is written; an existing folder of any name is used."""
+    run_dir, _, _ = run
+    (tmp_path / "a-file").write_text("x")
+    for out, expected in ((tmp_path / "page.html", f"e.g. --out {tmp_path / 'page'}"),
+                          (tmp_path / "a-file", "exists and is not a folder")):  # fmt: skip
+        result = CliRunner().invoke(app, ["report", str(run_dir), "--out", str(out)])
+        assert result.exit_code == 2 and expected in " ".join(result.output.split()), result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    (tmp_path / "kept.html").mkdir()  # a folder that happens to end in .html
+    invoke(str(run_dir), "--out", str(tmp_path / "kept.html"))
+    assert (tmp_path / "kept.html" / "index.html").is_file()
+
+
 # ----- in a real browser ------------------------------------------------------------------------------
 
 

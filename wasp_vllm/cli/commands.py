@@ -225,7 +225,7 @@ def report(
         ),
     ] = None,
 ) -> None:
-    """Write a self-contained HTML report of a run: rounds, weights, labels, privacy spent, samples."""
+    """Write an HTML report of a run (a folder: index.html and its PNGs): rounds, weights, privacy."""
     setup_logging(False)
     with friendly_errors():
         from wasp_vllm.report.page import render_report

@@ -1,4 +1,4 @@
-"""``wasp-vllm report``: one self-contained HTML page about a finished run.
+"""``wasp-vllm report``: one HTML page about a finished run, in a folder with its PNGs.
 
 It reads the run's published files only (``manifest.json``, ``synthetic.parquet``), so the page is
 publishable like them: per-round quotas and PLM weights, label balance, rejects of the quality gate,
@@ -28,7 +28,14 @@ from wasp_vllm.report.plots import (
     sharing_section,
     table,
 )
-from wasp_vllm.report.run_view import OperatorFigures, RunView, label_counts, load_run, operator_fid
+from wasp_vllm.report.run_view import (
+    OperatorFigures,
+    ReportError,
+    RunView,
+    label_counts,
+    load_run,
+    operator_fid,
+)
 from wasp_vllm.report.settings import ReportSettings
 
 WEIGHTS_PNG, LABELS_PNG, FID_PNG, WORK_PNG = "weights.png", "labels.png", "fid.png", "work.png"
@@ -49,6 +56,8 @@ def render_report(run_dir: Path, out: Path | None = None, settings: ReportSettin
     naming the private set, the page adds the operator's FID per round (and is theirs alone)."""
     view = load_run(Path(run_dir))
     settings = settings or ReportSettings()
+    if out is not None:  # before the operator's FID is computed
+        check_out(Path(out))
     figures = operator_fid(view, settings) if settings.private is not None else None
     out = Path(out) if out is not None else default_out(view.run_dir, figures is not None)
     out.mkdir(parents=True, exist_ok=True)
@@ -62,6 +71,18 @@ def render_report(run_dir: Path, out: Path | None = None, settings: ReportSettin
     page = out / "index.html"
     page.write_text(build_html(view, figures), encoding="utf-8")
     return page
+
+
+def check_out(out: Path) -> None:
+    """The report is a folder (``index.html`` and its PNGs): refuse a page name or a file there
+    before anything is computed or written."""
+    if out.suffix.lower() in (".html", ".htm") and not out.is_dir():
+        raise ReportError(
+            f"--out {out}: the report is a folder (index.html and its PNGs); pass a folder, "
+            f"e.g. --out {out.with_suffix('')}"
+        )
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} exists and is not a folder; choose another path")
 
 
 def build_html(view: RunView, figures: OperatorFigures | None) -> str:
