@@ -28,8 +28,8 @@ def models(
 ) -> None:
     """List the PLM presets: hub id, GPU memory, prompt format, sampling, and whether each is here.
 
-    Here: in the local Hugging Face cache (nothing is downloaded or loaded); the memory is the
-    weights' in bf16."""
+    Here: in the local Hugging Face cache (nothing is downloaded or loaded). GPU memory: the
+    weights in bf16."""
     with friendly_errors():
         if show_prompt is not None:
             typer.echo(rendered_prompt(show_prompt, task))
