@@ -233,6 +233,13 @@ def test_relabel_against_reject_on_the_same_samples():
     with pytest.raises(SystemExit):
         relabel.main(["--margins", "0.1,-1"])
     assert relabel.margin_list("0.01, 0.05") == (0.01, 0.05) and relabel.margin_list("") == ()
+    with pytest.raises(SystemExit):
+        relabel.main(["--plms", "smollm2,smollm2"])
+    # the packaged PLMs' rounds stay where the committed result found them; other PLMs' lie apart
+    work = Path("runs")
+    assert relabel.run_folder(work, "trec", 1, ("smollm2", "gemma3")) == work / "trec" / "relabel_s1"
+    assert relabel.run_folder(work, "trec", 1, ("qwen", "phi")) == work / "trec" / "relabel-qwen+phi_s1"
+    assert relabel.zero_shot_round(["qwen"]).overrides["plms"] == ["qwen"]
 
 
 def test_routing_gives_each_plm_the_labels_it_writes_on_label_within_its_even_share():

@@ -5,7 +5,7 @@ label's description than its own, and asks for it again: about 2.3 samples are w
 one kept. Re-labelling would keep it under the label it reads as (public: the sample, the task's
 label descriptions and the embedder; no privacy cost). This measures both on the same samples:
 
-* per task and seed, one round of zero-shot prompts to both PLMs with the label check off (FuseGen's
+* per task and seed, one round of zero-shot prompts to every PLM with the label check off (FuseGen's
   first round: the product's other checks still drop empty samples, copies and prompt echoes);
 * the run's own label check, read offline, splits the kept samples into on-label and off-label;
 * *reject* keeps the on-label ones; *relabel* keeps all, an off-label one under the label it reads
@@ -29,6 +29,7 @@ not vote: no private record decides anything here.
 
     python benchmarks/quality/relabel.py                      # choosing group, 2 seeds, N = 90
     python benchmarks/quality/relabel.py --tasks trec --seeds 1 --n 24
+    python benchmarks/quality/relabel.py --plms qwen,llama3 --name relabel_gpu   # larger PLMs (a GPU)
 
 A finished run folder of the same settings is read back, not written again (a new ``--margins`` on
 the same samples costs no generation).
@@ -73,9 +74,19 @@ from wasp_vllm.data.suite import SUITE  # noqa: E402
 #: The ways every run reports; ``--margins`` adds one ``relabel beyond M`` each.
 WAYS = ("reject", "relabel", "as_written")
 FIGURES = ("kept_share", "label_agreement", "largest_label_share")
-#: One zero-shot round of both PLMs, every sample kept that the product's other checks pass.
-METHOD = Method("fusegen-label-check-off", "zero-shot, label check off", "lever",
-                {"strategy": "fusegen", "plms": list(PLMS), "label_check": "off"})  # fmt: skip
+
+
+def zero_shot_round(plms: Sequence[str]) -> Method:
+    """One zero-shot round of the PLMs, every sample kept that the product's other checks pass."""
+    return Method("fusegen-label-check-off", "zero-shot, label check off", "lever",
+                  {"strategy": "fusegen", "plms": list(plms), "label_check": "off"})  # fmt: skip
+
+
+def run_folder(work: Path, task: str, seed: int, plms: Sequence[str]) -> Path:
+    """Where a round is written: the packaged PLMs' as they always were, other PLMs' apart (a run of
+    other settings in a folder is written again, so one set's rounds must not sit in another's)."""
+    tag = "" if tuple(plms) == PLMS else "-" + "+".join(plms)
+    return work / task / f"relabel{tag}_s{seed}"
 
 
 def outcomes(asked: np.ndarray, leads: np.ndarray, reads_as: np.ndarray, judged: np.ndarray,
@@ -167,9 +178,9 @@ def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder:
 
     spec = get_task(task)
     settings = Settings(args.engine, args.n, 1, None, args.work / task)
-    out = args.work / task / f"relabel_s{seed}"
+    out, method = run_folder(args.work, task, seed, args.plms), zero_shot_round(args.plms)
     start = time.perf_counter()
-    manifest = write_round(lambda: Run(prepare(run_config(METHOD, seed, Data(task, "validation"), settings)),
+    manifest = write_round(lambda: Run(prepare(run_config(method, seed, Data(task, "validation"), settings)),
                                        out, engine_factory=pool, embedder=embedder), out)  # fmt: skip
     written = pq.read_table(out / "synthetic.parquet", columns=["text", "label", "plm"])
     texts, labels = written.column("text").to_pylist(), written.column("label").to_pylist()
@@ -184,7 +195,8 @@ def measure(task: str, seed: int, args: argparse.Namespace, pool: Any, embedder:
                      generated, len(spec.labels), args.margins, reader)  # fmt: skip
     plms, on = written.column("plm").to_pylist(), leads >= 0
     flags = {"written": np.ones_like(on), "on": on, "agreed": on & (judged == asked)}
-    cells = {f"plm_label_{k}": plm_label_counts(plms, asked, f, len(spec.labels)) for k, f in flags.items()}
+    cells = {f"plm_label_{k}": plm_label_counts(plms, asked, f, len(spec.labels), args.plms)
+             for k, f in flags.items()}  # fmt: skip
     return {"task": task, "seed": seed, "generated": generated, "written": len(texts),
             "seconds": round(time.perf_counter() - start, 1), **cells, **found}  # fmt: skip
 
@@ -308,7 +320,7 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
              "the asked label or the check's; reader vets: also rejects on-label ones it reads otherwise.",
              "The goal (issue 59): kept / generated ≥ 0.7 without losing label agreement."]  # fmt: skip
     columns = ["task (group)", "way", "kept / generated", "label agreement", "largest label share"]
-    found = [report.Table("Reject or relabel an off-label sample (one zero-shot round, both PLMs)", columns,
+    found = [report.Table("Reject or relabel an off-label sample (one zero-shot round, every PLM)", columns,
                           rows, notes)]  # fmt: skip
     if routed := payload.get("routing"):
         ways = list(routed["mean over tasks"])
@@ -368,12 +380,23 @@ def margin_list(text: str) -> tuple[float, ...]:
     return margins
 
 
+def plm_list(text: str) -> tuple[str, ...]:
+    """``--plms``: PLM names, comma-separated, each once."""
+    plms = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not plms or len(set(plms)) != len(plms):
+        raise argparse.ArgumentTypeError(f"one or more PLMs, each once: {text!r}")
+    return plms
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     choosing = [t for t, g in SUITE.items() if g == "choosing"]
     p.add_argument("--tasks", default=",".join(choosing), help="comma list (default: the choosing group)")
     p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--n", type=int, default=90, help="samples per task and seed (one round, both PLMs)")
+    p.add_argument("--n", type=int, default=90, help="samples per task and seed (one round, every PLM)")
+    p.add_argument("--plms", type=plm_list, default=PLMS,
+                   help="comma list of PLM presets (default: the packaged two; others, e.g. on a GPU: "
+                        "give --name too, so the committed result stays)")  # fmt: skip
     p.add_argument("--engine", choices=("vllm", "hf"), default=AUTO_ENGINE)
     p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-relabel")
     p.add_argument("--out", type=Path, default=report.RESULTS)
@@ -389,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             f"--tasks: {', '.join(held)} belong to the held-out group; choose on the choosing group"
         )
     setup_logging()
-    settings = {"tasks": tasks, "seeds": args.seeds, "n": args.n, "engine": args.engine, "plms": list(PLMS)}
+    settings = {"tasks": tasks, "seeds": args.seeds, "n": args.n, "engine": args.engine,
+                "plms": list(args.plms)}  # fmt: skip
     payload = report.start(__file__, sys.argv[1:] if argv is None else argv, settings)
     embedder, pool = CachedEmbedder.on_disk(), EnginePool(args.engine)
     judge = ReferenceJudge(embedder)
