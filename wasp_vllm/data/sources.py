@@ -257,12 +257,20 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def builtin_name(source: str) -> str | None:
+    """The built-in set ``source`` names (``NAME`` or ``NAME:SPLIT``), or None for a file: a file at
+    that path wins over a built-in of the same name."""
+    from wasp_vllm.data.builtin import BUILTIN
+
+    name = source.partition(":")[0]
+    return name if name in BUILTIN and not Path(source).exists() else None
+
+
 def source_table(source: str, split: str) -> tuple[pa.Table, Builtin | None]:
     """The table for a file path or a built-in name (``NAME`` or ``NAME:SPLIT``, e.g.
     ``drugs:validation``), plus the built-in's column mapping if any."""
     from wasp_vllm.data.builtin import BUILTIN, builtin_split
 
-    name, _, chosen = source.partition(":")
-    if name in BUILTIN and not Path(source).exists():
-        return builtin_split(name, chosen or split), BUILTIN[name]
+    if (name := builtin_name(source)) is not None:
+        return builtin_split(name, source.partition(":")[2] or split), BUILTIN[name]
     return read_table(source), None

@@ -209,16 +209,14 @@ def _private_problem(cfg: RunConfig, private_given: bool) -> str | None:
     """A --private file of a type we do not read (by its name), or a built-in data set used for a
     task it does not belong to: the records the user meant are their own file, which --private must
     name (the default 'drugs' serves the drugs task only)."""
-    from wasp_vllm.data.builtin import BUILTIN
-    from wasp_vllm.data.sources import DataError, table_format
+    from wasp_vllm.data.sources import DataError, builtin_name, table_format
     from wasp_vllm.tasks.loader import looks_like_task_file
 
-    name, path = cfg.private.partition(":")[0], Path(cfg.private)
     if private_given:
         return None
-    if name not in BUILTIN or path.exists():
+    if (name := builtin_name(cfg.private)) is None:
         try:
-            table_format(path)
+            table_format(Path(cfg.private))
         except DataError as exc:
             return f"--private {exc}"
         return None
@@ -234,12 +232,9 @@ def _private_problem(cfg: RunConfig, private_given: bool) -> str | None:
 def private_file_missing(cfg: RunConfig) -> str | None:
     """Why --private names no file here (from the file system: nothing is opened), or None. Not a
     check of the settings: a plan may be made where the data is not."""
-    from wasp_vllm.data.builtin import BUILTIN
-    from wasp_vllm.data.sources import missing_file
+    from wasp_vllm.data.sources import builtin_name, missing_file
 
-    if cfg.private.partition(":")[0] in BUILTIN and not Path(cfg.private).exists():
-        return None
-    return missing_file(Path(cfg.private))
+    return None if builtin_name(cfg.private) is not None else missing_file(Path(cfg.private))
 
 
 def per_round_totals(n: int, rounds: int) -> np.ndarray:

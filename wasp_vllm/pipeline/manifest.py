@@ -46,11 +46,9 @@ def published_source(source: str | None) -> str | None:
     """How the manifest names the private data: a built-in set (or an in-memory one) by its public
     name, a file by the owner's keyed fingerprint of its absolute path (never the path itself), so
     that ``evaluate`` can tell a reference that is the run's private file however it is spelt."""
-    from wasp_vllm.data.builtin import BUILTIN
+    from wasp_vllm.data.sources import builtin_name
 
-    if source is None or source.startswith("<") or (
-        source.partition(":")[0] in BUILTIN and not Path(source).exists()
-    ):  # fmt: skip
+    if source is None or source.startswith("<") or builtin_name(source) is not None:
         return source
     return keyed_name(str(Path(source).resolve()), owner_key())
 
