@@ -257,7 +257,20 @@ def test_plan_single_round_needs_no_noise():
     assert plan.epsilon_exact_spent == 0.0 and plan.epsilon_paper_claimed == 0.0
 
 
-@pytest.mark.parametrize("kwargs", [dict(rounds=0), dict(mode="loose"), dict(q=0)])
+@pytest.mark.parametrize("mode", ["exact", "paper"])
+def test_a_plan_for_fewer_votes_spends_the_budget_on_less_noisy_ones(mode):
+    every = plan_privacy(4.0, 1e-5, 5, 8, mode=mode)
+    one = plan_privacy(4.0, 1e-5, 5, 8, mode=mode, releases=1)
+    assert every.compositions == 4 and one.compositions == 1 and one.rounds == 5
+    assert one.sigma < every.sigma and one.epsilon_exact_spent <= 4.0 * (1 + 1e-9)
+    if mode == "exact":  # k equal Gaussian votes compose as one of sigma / sqrt(k)
+        assert one.sigma == pytest.approx(every.sigma / 2, rel=1e-6)
+    assert plan_privacy(4.0, 1e-5, 5, 8, releases=0).sigma is None
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(rounds=0), dict(mode="loose"), dict(q=0), dict(releases=5), dict(releases=-1)]
+)
 def test_plan_validation(kwargs):
     args = dict(epsilon=1.0, delta=1e-5, rounds=5, q=8) | kwargs
     with pytest.raises(ValueError):

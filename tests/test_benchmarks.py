@@ -281,8 +281,13 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     import policies
     import quality_tasks
 
-    class StubPolicyForTests:  # a stand-in: the harness only hands it on
+    from wasp_vllm.pipeline.policy import DEFAULT_POLICY, PaperPolicy
+
+    class StubPolicyForTests(PaperPolicy):  # a stand-in: the harness only hands it on
         name = "stub"
+
+        def votes_after(self, t: int, rounds: int) -> bool:  # one vote, after round 0
+            return t == 0
 
     class HandedOverForTests(Exception):
         pass
@@ -302,7 +307,7 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     assert method.policy == "stub" and pair == ("policy-stub", "wasp") and method.overrides == wasp.overrides
     assert "policy" not in wasp.key_fields() and method.key_fields()["policy"] == "stub"
     data = harness.Data("trec", "validation")
-    settings = harness.Settings("vllm", 24, 2, None, tmp_path, twins=(wasp,))
+    settings = harness.Settings("vllm", 24, 3, None, tmp_path, twins=(wasp,))
     kept = harness.record_path(wasp, 0, data, settings)
     assert harness.record_path(method, 0, data, settings) != kept
     kept.parent.mkdir(parents=True)
@@ -310,14 +315,16 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     assert harness.finished_record(method, 0, data, settings) is None  # WASP's run is no twin of it
 
     monkeypatch.setattr("wasp_vllm.pipeline.Run", RunRecordingItsArgumentsForTests)
-    monkeypatch.setattr("wasp_vllm.pipeline.prepare", lambda cfg: cfg)
+    planned: list[int | None] = []  # the votes each run's privacy plan was made for
+    monkeypatch.setattr("wasp_vllm.pipeline.prepare", lambda cfg, releases: planned.append(releases))
     pool = type("PoolForTests", (), {"startup_s": {}})()
     with pytest.raises(HandedOverForTests):
         harness.run_one(method, 0, data, settings, pool, embedder=None)
     assert isinstance(RunRecordingItsArgumentsForTests.handed["policy"], StubPolicyForTests)
     with pytest.raises(HandedOverForTests):
         harness.run_one(wasp, 0, data, settings, pool, embedder=None)
-    assert "policy" not in RunRecordingItsArgumentsForTests.handed  # the paper's: the run's default
+    assert RunRecordingItsArgumentsForTests.handed["policy"] is DEFAULT_POLICY  # the paper's
+    assert planned == [1, 2]  # the stub's one vote; the paper's after each of 3 rounds but the last
     with pytest.raises(KeyError, match="no experimental policy 'missing'; registered: .*stub"):
         policies.policy_of("missing")
 

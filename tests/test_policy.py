@@ -17,7 +17,7 @@ from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import ConfigError, RunConfig, build_config
 from wasp_vllm.pipeline import Run, prepare
-from wasp_vllm.pipeline.policy import ChosenPools, PaperPolicy, VotedSamples
+from wasp_vllm.pipeline.policy import ChosenPools, PaperPolicy, VotedSamples, planned_votes
 from wasp_vllm.pipeline.store import RunStore
 from wasp_vllm.privacy.voting import NoisyVotes
 
@@ -108,6 +108,41 @@ def test_resume_with_another_policy_is_refused(tmp_path):
     _run(cfg, tmp_path / "out", LeastVotedPolicyForTests())
     with pytest.raises(ConfigError, match="round policy 'paper'; the run in --out used 'least-voted"):
         _run(cfg, tmp_path / "out", resume=True)
+
+
+class OneVoteForTests(LeastVotedPolicyForTests):
+    """The least-voted experiment, with one vote: after round 0 only."""
+
+    name = "one-vote-for-tests"
+
+    def votes_after(self, t: int, rounds: int) -> bool:
+        return t == 0
+
+
+def test_a_policy_that_votes_less_spends_the_whole_budget_on_fewer_less_noisy_votes(tmp_path):
+    cfg = RunConfig(**_settings(tmp_path))  # 3 rounds: the paper votes twice
+    policy = OneVoteForTests()
+    assert planned_votes(policy, cfg.rounds) == 1 and planned_votes(PaperPolicy(), cfg.rounds) == 2
+    with pytest.raises(ConfigError, match="votes 1 times in 3 rounds, but the privacy plan is for 2"):
+        Run(prepare(cfg), tmp_path / "refused", engine_factory=None, embedder=None, policy=policy)
+    assert not (tmp_path / "refused").exists()
+    ctx = prepare(cfg, releases=1)
+    # The exact accountant composes k equal Gaussian votes as one of sigma / sqrt(k).
+    assert ctx.plan.sigma == pytest.approx(prepare(cfg).plan.sigma / np.sqrt(2), rel=1e-6)
+    out = tmp_path / "out"
+    manifest = Run(ctx, out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
+                   embedder=HashEmbedderForTests(), policy=policy).execute().to_json()  # fmt: skip
+    ledger = manifest["privacy"]["ledger"]
+    assert ledger["compositions"] == 1 and ledger["epsilon_spent_exact"] == pytest.approx(cfg.privacy.epsilon)
+    assert [p.name for p in sorted(out.rglob("votes-*.parquet"))] == ["votes-000.parquet"]
+    assert len(policy.seen) == 1
+    # Rounds 1 and 2 both showed what the one vote chose: the pools and weights stay.
+    assert [r["weights_after"] for r in manifest["rounds"]] == [pytest.approx([0.8, 0.2])] * 3
+    h_near, texts, _ = policy.seen[0]
+    round0 = pq.read_table(next(out.rglob("round-000.parquet"))).column("label").to_pylist()
+    for label, pool in RunStore(out).load_state().pools.good.items():
+        rows = [i for i, lab in enumerate(round0) if lab == label]
+        assert pool == [texts[i] for i in sorted(rows, key=lambda i: h_near[i])[: cfg.s]]
 
 
 @pytest.mark.parametrize("removed", ["quality_gate", "final_vote", "prompt_style", "label_check_margin"])

@@ -585,6 +585,7 @@ def run_one(
     extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     from wasp_vllm.pipeline import Run, prepare
+    from wasp_vllm.pipeline.policy import DEFAULT_POLICY, planned_votes
 
     record = _record_head(method, seed, data)
     start = time.perf_counter()
@@ -593,8 +594,9 @@ def run_one(
     cfg = run_config(method, seed, data, settings)
     out = settings.work / f"{method.key.replace(':', '-')}_s{seed}"
     started_before = sum(pool.startup_s.values())
-    handed = {} if method.policy is None else {"policy": policy_of(method.policy)}  # an experiment
-    run = Run(prepare(cfg), out, engine_factory=pool, embedder=embedder, **handed)
+    policy = DEFAULT_POLICY if method.policy is None else policy_of(method.policy)  # an experiment
+    ctx = prepare(cfg, releases=planned_votes(policy, cfg.rounds))  # sigma for the votes it makes
+    run = Run(ctx, out, engine_factory=pool, embedder=embedder, policy=policy)
     manifest = run.execute(overwrite=True).to_json()
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup

@@ -40,13 +40,19 @@ class RunContext:
 
 
 def prepare(
-    cfg: RunConfig, *, check_models: bool = False, private_table: pa.Table | None = None
+    cfg: RunConfig,
+    *,
+    check_models: bool = False,
+    private_table: pa.Table | None = None,
+    releases: int | None = None,
 ) -> RunContext:
     """Load the task and the private data, draw the records that vote, plan the privacy spending.
 
     ``private_table`` holds in-memory private data (the Python API), read instead of
     ``cfg.private``.  ``check_models`` also resolves every PLM and the embedder (loading none), so
     that a wrong name fails before any engine starts; callers with their own engines skip it.
+    ``releases``: the votes of a round policy that votes after fewer rounds than the paper's
+    (:func:`wasp_vllm.pipeline.policy.planned_votes`); the plan's sigma is made for that many.
     The settings are checked first (:func:`check_run`, the dry run's check too), before any
     private record is read.
     """
@@ -65,7 +71,7 @@ def prepare(
     private = draw_records(private, cfg.private_limit, cfg.seed, cap)
     if check_models:
         check_run_models(cfg, dequantize=True)
-    return RunContext(cfg, strategy, task, private, privacy_plan(cfg))
+    return RunContext(cfg, strategy, task, private, privacy_plan(cfg, releases))
 
 
 def check_run(cfg: RunConfig, *, private_given: bool = False) -> TaskSpec:
@@ -112,9 +118,10 @@ def votes(cfg: RunConfig) -> bool:
     return get_strategy(cfg.strategy).votes and cfg.rounds > 1
 
 
-def privacy_plan(cfg: RunConfig) -> PrivacyPlan:
+def privacy_plan(cfg: RunConfig, releases: int | None = None) -> PrivacyPlan:
     """Sigma for the records that vote: a ``--m`` draw makes their relation *replace*, a user cap
-    multiplies the sensitivity by ``k`` (see :mod:`wasp_vllm.privacy.sampling`)."""
+    multiplies the sensitivity by ``k`` (see :mod:`wasp_vllm.privacy.sampling`). ``releases``: the
+    votes a round policy makes where it is not one after every round but the last."""
     privacy = cfg.privacy
     return plan_privacy(
         privacy.epsilon,
@@ -128,6 +135,7 @@ def privacy_plan(cfg: RunConfig) -> PrivacyPlan:
         ),
         prior_share=privacy.label_prior_share if cfg.label_prior == "private" else 0.0,
         histograms=2 if cfg.far_votes == "on" else 1,
+        releases=releases if votes(cfg) else None,
     )
 
 

@@ -29,7 +29,7 @@ from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.manifest import Manifest, build_manifest
-from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy, VotedSamples
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy, VotedSamples, planned_votes
 from wasp_vllm.pipeline.prompts import Gate, RoundInputs, normalize_text
 from wasp_vllm.pipeline.selection import label_shares
 from wasp_vllm.pipeline.state import Pools, RoundRecord, RunState
@@ -54,6 +54,19 @@ log = logging.getLogger(__name__)
 EngineFactory = Callable[[str, Any], Engine]
 
 
+def check_planned_votes(ctx: RunContext, policy: RoundPolicy) -> None:
+    """A run votes exactly as often as its privacy plan counted: fewer would leave budget unspent
+    (too much noise), more would be refused by the ledger mid-run."""
+    if ctx.plan.sigma is None or not ctx.strategy.votes:
+        return
+    votes = planned_votes(policy, ctx.cfg.rounds)
+    if votes != ctx.plan.compositions:
+        raise ConfigError(
+            f"round policy {policy.name!r} votes {votes} times in {ctx.cfg.rounds} rounds, but the "
+            f"privacy plan is for {ctx.plan.compositions}: prepare(cfg, releases={votes})"
+        )
+
+
 class Run:
     """One WASP (or baseline) run writing to one output directory.
 
@@ -67,6 +80,7 @@ class Run:
                  progress: Any = None, estimate: RunPlan | None = None,
                  policy: RoundPolicy = DEFAULT_POLICY) -> None:  # fmt: skip
         self.ctx, self.cfg, self.strategy, self.policy = ctx, ctx.cfg, ctx.strategy, policy
+        check_planned_votes(ctx, policy)
         self.store = RunStore(out)
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}
@@ -97,7 +111,9 @@ class Run:
         results = self._timed("generation", self.generation.run, self._inputs(t, state), quotas, state)
         new = self._embed(results)
         votes, voted = None, None
-        if self.voting is not None and t < self.cfg.rounds - 1:  # the last round's samples get no vote
+        # The last round's samples get no vote; a policy may vote after fewer rounds.
+        last = t == self.cfg.rounds - 1
+        if self.voting is not None and not last and self.policy.votes_after(t, self.cfg.rounds):
             voted = pa.concat_tables([*self.tables, new])  # D so far: voting, selection, the votes file
             if voted.num_rows:  # (none yet where every sample so far was turned down: no vote, no cost)
                 votes = self._release(t, voted)

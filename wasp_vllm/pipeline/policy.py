@@ -9,7 +9,11 @@ policy=...)``) an experimental policy from ``benchmarks/quality/``; the product 
 A policy sees only public values: the noisy votes (already released and paid for), the synthetic
 samples and their public embeddings, and the public noise scale. It cannot change what is released
 (which histograms, their sensitivity, their noise): that is the privacy plan's, reviewed in
-``privacy/``. So whatever a policy returns is differential-privacy post-processing.
+``privacy/``. So whatever a policy returns is differential-privacy post-processing. It may say
+after which rounds the records vote (:meth:`RoundPolicy.votes_after`), from the round number
+alone, fixed before the run starts: the plan is then made for that many votes
+(``prepare(cfg, releases=planned_votes(policy, cfg.rounds))``), and the run refuses a plan made for
+another number.
 """
 
 from __future__ import annotations
@@ -69,6 +73,12 @@ class RoundPolicy(Protocol):
         check."""
         ...
 
+    def votes_after(self, t: int, rounds: int) -> bool:
+        """Whether the records vote on the samples so far after round ``t`` of ``rounds`` (never
+        after the last). A function of the round number alone: the plan counts the votes before
+        the run. Rounds after a round without a vote keep the last pools and weights."""
+        ...
+
 
 class PaperPolicy:
     """The paper's WASP: pools are the top-S of the noisy H_near and H_far per label, PLM weights
@@ -88,6 +98,14 @@ class PaperPolicy:
     def reject(self, text: str, label: str, prompt: str) -> str | None:
         return None
 
+    def votes_after(self, t: int, rounds: int) -> bool:
+        return t < rounds - 1
+
 
 #: The policy of every run that is not handed another one.
 DEFAULT_POLICY: RoundPolicy = PaperPolicy()
+
+
+def planned_votes(policy: RoundPolicy, rounds: int) -> int:
+    """How many votes ``policy`` makes in a run of ``rounds`` rounds: the plan's compositions."""
+    return sum(policy.votes_after(t, rounds) for t in range(rounds - 1))

@@ -31,9 +31,9 @@ logger = logging.getLogger(__name__)
 class PrivacyPlan:
     """Noise scale and bookkeeping for a whole run, fixed before any private data is touched.
 
-    ``compositions = rounds - 1`` (the last round is never voted on).  With ``rounds == 1`` there
-    is no voting at all: ``sigma`` is ``None`` and both epsilons are 0.0 - no noise is needed
-    because nothing private is released.
+    ``compositions = rounds - 1`` (the last round is never voted on) unless a round policy votes
+    after fewer rounds.  With ``rounds == 1`` there is no voting at all: ``sigma`` is ``None`` and
+    both epsilons are 0.0 - no noise is needed because nothing private is released.
     """
 
     epsilon: float
@@ -98,6 +98,7 @@ def plan_privacy(
     *,
     prior_share: float = 0.0,
     histograms: int = 2,
+    releases: int | None = None,
 ) -> PrivacyPlan:
     """Choose sigma for a run of ``rounds`` rounds with ``q`` votes per private sample.
 
@@ -106,6 +107,8 @@ def plan_privacy(
     always reported.  ``prior_share`` > 0 also plans a Gaussian histogram of the private labels: that share
     of the budget's ``mu^2`` (Gaussian DP composes as a sum of ``mu^2``) goes to it, the rest to
     the votes (exact accountant only).  ``histograms``: 1 where each vote releases ``H_near`` alone.
+    ``releases``: the votes the run makes, by default one after every round but the last; a round
+    policy that votes after fewer rounds spends the same budget on fewer, less noisy votes.
     """
     epsilon, delta = check_positive("epsilon", epsilon), check_delta(delta)
     rounds = check_int("rounds", rounds, 1)
@@ -117,16 +120,18 @@ def plan_privacy(
     sensitivity = wasp_sensitivity(q, neighbour, per_unit, histograms)
     fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, per_unit, sensitivity,
              histograms)  # fmt: skip
-    compositions = rounds - 1
+    compositions = rounds - 1 if releases is None else check_int("releases", releases, 0)
+    if compositions > rounds - 1:
+        raise ValueError(f"{releases} votes in {rounds} rounds: the last round is never voted on")
     prior = _prior(epsilon, delta, neighbour, per_unit, prior_share, accountant)
     if compositions == 0 and prior is None:
-        logger.debug("rounds == 1: no voting round, no noise needed, no privacy spent")
+        logger.debug("no vote: no noise needed, no privacy spent")
         return PrivacyPlan(*fixed, 0, None, 0.0, 0.0)
     votes_epsilon = epsilon if prior is None else prior[2]
     sigma = (
         accountant.sigma(votes_epsilon, delta, sensitivity, compositions, per_unit) if compositions else None
     )
-    releases = [
+    planned = [
         GaussianRelease(t, sigma, sensitivity, neighbour.value, per_unit)
         for t in range(compositions)
         if sigma is not None
@@ -134,12 +139,12 @@ def plan_privacy(
     priors = (
         [] if prior is None else [GaussianRelease(0, prior[0], prior[1], neighbour.value, 1, "label-prior")]
     )
-    eps_exact = EXACT.epsilon([*releases, *priors], delta)
+    eps_exact = EXACT.epsilon([*planned, *priors], delta)
     if eps_exact > epsilon * (1.0 + BUDGET_RTOL):
         raise PrivacyBudgetExceeded(
-            _overspend_message(accountant, epsilon, eps_exact, sigma, releases, priors, delta)
+            _overspend_message(accountant, epsilon, eps_exact, sigma, planned, priors, delta)
         )
-    eps_paper = ACCOUNTANTS[AccountantMode.PAPER].epsilon(releases, delta)
+    eps_paper = ACCOUNTANTS[AccountantMode.PAPER].epsilon(planned, delta)
     logger.debug(
         "privacy plan: mode=%s sigma=%s compositions=%d exact eps=%.6g paper eps=%.6g",
         accountant.mode.value, sigma and f"{sigma:.6g}", compositions, eps_exact, eps_paper,
