@@ -328,7 +328,9 @@ def test_run_with_too_little_noise_is_refused_before_anything_is_released(tmp_pa
     """Through the CLI: a plan whose sigma would overspend is stopped by the ledger at the first vote."""
     real = wasp_vllm.pipeline.context.privacy_plan
     monkeypatch.setattr(
-        wasp_vllm.pipeline.context, "privacy_plan", lambda cfg: dataclasses.replace(real(cfg), sigma=0.05)
+        wasp_vllm.pipeline.context,
+        "privacy_plan",
+        lambda cfg, releases=None: dataclasses.replace(real(cfg, releases), sigma=0.05),
     )
     use_fake_backends(monkeypatch)
     out = tmp_path / "out"

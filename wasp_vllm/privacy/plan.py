@@ -107,8 +107,7 @@ def plan_privacy(
     always reported.  ``prior_share`` > 0 also plans a Gaussian histogram of the private labels: that share
     of the budget's ``mu^2`` (Gaussian DP composes as a sum of ``mu^2``) goes to it, the rest to
     the votes (exact accountant only).  ``histograms``: 1 where each vote releases ``H_near`` alone.
-    ``releases``: the votes the run makes, by default one after every round but the last; a round
-    policy that votes after fewer rounds spends the same budget on fewer, less noisy votes.
+    ``releases``: the votes, one after every round but the last unless a round policy votes less.
     """
     epsilon, delta = check_positive("epsilon", epsilon), check_delta(delta)
     rounds = check_int("rounds", rounds, 1)
@@ -120,9 +119,7 @@ def plan_privacy(
     sensitivity = wasp_sensitivity(q, neighbour, per_unit, histograms)
     fixed = (epsilon, delta, rounds, q, accountant.mode.value, neighbour.value, per_unit, sensitivity,
              histograms)  # fmt: skip
-    compositions = rounds - 1 if releases is None else check_int("releases", releases, 0)
-    if compositions > rounds - 1:
-        raise ValueError(f"{releases} votes in {rounds} rounds: the last round is never voted on")
+    compositions = _compositions(rounds, releases)
     prior = _prior(epsilon, delta, neighbour, per_unit, prior_share, accountant)
     if compositions == 0 and prior is None:
         logger.debug("no vote: no noise needed, no privacy spent")
@@ -151,6 +148,15 @@ def plan_privacy(
     )  # fmt: skip
     prior_fields = (None, None) if prior is None else prior[:2]
     return PrivacyPlan(*fixed, compositions, sigma, eps_exact, eps_paper, *prior_fields)
+
+
+def _compositions(rounds: int, releases: int | None) -> int:
+    """The votes of a run: one after every round but the last unless ``releases`` says fewer."""
+    if releases is None:
+        return rounds - 1
+    if check_int("releases", releases, 0) > rounds - 1:
+        raise ValueError(f"{releases} votes in {rounds} rounds: the last round is never voted on")
+    return releases
 
 
 def _prior(
