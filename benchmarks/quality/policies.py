@@ -197,9 +197,9 @@ class StrongVotesPolicy(PaperPolicy):
     """The paper's pools and weights, but the records vote only after the first ``votes`` rounds,
     and the privacy plan spends the whole budget on those: with the exact accountant sigma falls by
     ``sqrt((T - 1) / votes)`` (2x for one vote of five rounds). The rounds after the last vote keep
-    its pools and PLM weights. Aimed at the votes being mostly noise after round 0 (signal share
-    0.12-0.16, docs/quality.md): at half the noise a vote's signal share is about 0.35-0.43, so what
-    the prompts show was chosen by the private data; and round 0, written without examples, is the
+    its pools and PLM weights. Aimed at the votes being mostly noise (signal share 0.12-0.17 a vote,
+    docs/quality.md): the one vote's is 0.65-0.79 on the choosing tasks' validation runs, so what the
+    prompts show was chosen by the private data; and round 0, written without examples, is the
     widest set to choose from. The vote rounds are fixed before the run: public."""
 
     def __init__(self, votes: int = 1) -> None:
