@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -292,11 +293,11 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     class HandedOverForTests(Exception):
         pass
 
-    class RunRecordingItsArgumentsForTests:
-        handed: dict = {}
+    class RunRecordingItsContextForTests:
+        handed: Any = None
 
         def __init__(self, ctx, out, **kwargs) -> None:
-            RunRecordingItsArgumentsForTests.handed = kwargs
+            RunRecordingItsContextForTests.handed = ctx
 
         def execute(self, overwrite: bool):
             raise HandedOverForTests
@@ -314,17 +315,16 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     kept.write_text("{}")
     assert harness.finished_record(method, 0, data, settings) is None  # WASP's run is no twin of it
 
-    monkeypatch.setattr("wasp_vllm.pipeline.Run", RunRecordingItsArgumentsForTests)
-    planned: list[int | None] = []  # the votes each run's privacy plan was made for
-    monkeypatch.setattr("wasp_vllm.pipeline.prepare", lambda cfg, releases: planned.append(releases))
+    monkeypatch.setattr("wasp_vllm.pipeline.Run", RunRecordingItsContextForTests)
+    # prepare makes the privacy plan for the policy it is given, and the run takes both from it.
+    monkeypatch.setattr("wasp_vllm.pipeline.prepare", lambda cfg, policy: SimpleNamespace(policy=policy))
     pool = type("PoolForTests", (), {"startup_s": {}})()
     with pytest.raises(HandedOverForTests):
         harness.run_one(method, 0, data, settings, pool, embedder=None)
-    assert isinstance(RunRecordingItsArgumentsForTests.handed["policy"], StubPolicyForTests)
+    assert isinstance(RunRecordingItsContextForTests.handed.policy, StubPolicyForTests)
     with pytest.raises(HandedOverForTests):
         harness.run_one(wasp, 0, data, settings, pool, embedder=None)
-    assert RunRecordingItsArgumentsForTests.handed["policy"] is DEFAULT_POLICY  # the paper's
-    assert planned == [1, 2]  # the stub's one vote; the paper's after each of 3 rounds but the last
+    assert RunRecordingItsContextForTests.handed.policy is DEFAULT_POLICY  # the paper's
     with pytest.raises(KeyError, match="no experimental policy 'missing'; registered: .*stub"):
         policies.policy_of("missing")
 
@@ -540,8 +540,8 @@ def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(t
                                 n=60, rounds=3, q=2, s=2, noise_seed=1, concurrent=False)  # fmt: skip
 
     def texts(cfg: RunConfig, out: Path, **policy) -> list[tuple[str, str, str]]:
-        Run(prepare(cfg), out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
-            embedder=HashEmbedderForTests(), **policy).execute()  # fmt: skip
+        Run(prepare(cfg, **policy), out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
+            embedder=HashEmbedderForTests()).execute()  # fmt: skip
         table = pq.read_table(out / "synthetic.parquet", columns=["text", "label", "plm"])
         return list(zip(*(table.column(c).to_pylist() for c in ("text", "label", "plm")), strict=True))
 

@@ -8,6 +8,8 @@ subject is the loop's use of the policy, not an LLM.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,6 +19,7 @@ from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import ConfigError, RunConfig, build_config
 from wasp_vllm.pipeline import Run, prepare
+from wasp_vllm.pipeline.estimate import plan_run
 from wasp_vllm.pipeline.policy import ChosenPools, PaperPolicy, VotedSamples, planned_votes
 from wasp_vllm.pipeline.store import RunStore
 from wasp_vllm.privacy.voting import NoisyVotes
@@ -59,8 +62,8 @@ def _settings(tmp_path) -> dict:
 
 def _run(cfg: RunConfig, out, policy=None, **kw):
     extra = {} if policy is None else {"policy": policy}
-    return Run(prepare(cfg), out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
-               embedder=HashEmbedderForTests(), **extra).execute(**kw).to_json()  # fmt: skip
+    return Run(prepare(cfg, **extra), out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
+               embedder=HashEmbedderForTests()).execute(**kw).to_json()  # fmt: skip
 
 
 def test_a_policy_chooses_pools_weights_and_rejects_from_the_published_votes(tmp_path):
@@ -123,15 +126,19 @@ def test_a_policy_that_votes_less_spends_the_whole_budget_on_fewer_less_noisy_vo
     cfg = RunConfig(**_settings(tmp_path))  # 3 rounds: the paper votes twice
     policy = OneVoteForTests()
     assert planned_votes(policy, cfg.rounds) == 1 and planned_votes(PaperPolicy(), cfg.rounds) == 2
+    swapped = dataclasses.replace(prepare(cfg), policy=policy)  # a plan made for the paper's 2 votes
     with pytest.raises(ConfigError, match="votes 1 times in 3 rounds, but the privacy plan is for 2"):
-        Run(prepare(cfg), tmp_path / "refused", engine_factory=None, embedder=None, policy=policy)
+        Run(swapped, tmp_path / "refused", engine_factory=None, embedder=None)
     assert not (tmp_path / "refused").exists()
-    ctx = prepare(cfg, releases=1)
+    ctx = prepare(cfg, policy=policy)
     # The exact accountant composes k equal Gaussian votes as one of sigma / sqrt(k).
     assert ctx.plan.sigma == pytest.approx(prepare(cfg).plan.sigma / np.sqrt(2), rel=1e-6)
+    # The dry run's plan counts the same one vote at the same sigma.
+    (votes,) = plan_run(cfg, policy).releases
+    assert votes.count == 1 and votes.sigma == pytest.approx(ctx.plan.sigma)
     out = tmp_path / "out"
     manifest = Run(ctx, out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
-                   embedder=HashEmbedderForTests(), policy=policy).execute().to_json()  # fmt: skip
+                   embedder=HashEmbedderForTests()).execute().to_json()  # fmt: skip
     ledger = manifest["privacy"]["ledger"]
     assert ledger["compositions"] == 1 and ledger["epsilon_spent_exact"] == pytest.approx(cfg.privacy.epsilon)
     assert [p.name for p in sorted(out.rglob("votes-*.parquet"))] == ["votes-000.parquet"]

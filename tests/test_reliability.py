@@ -37,6 +37,7 @@ from wasp_vllm.cli import app
 from wasp_vllm.config import ConfigError, RunConfig
 from wasp_vllm.data.records import Columns, DataError, load_private
 from wasp_vllm.pipeline import Run, prepare, privacy_plan
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 from wasp_vllm.pipeline.store import LOCK_FILE, CheckpointError, RunStore
 from wasp_vllm.privacy.accountant import PrivacyBudgetExceeded, PrivacyLedger
 from wasp_vllm.tasks import get_task
@@ -330,7 +331,7 @@ def test_run_with_too_little_noise_is_refused_before_anything_is_released(tmp_pa
     monkeypatch.setattr(
         wasp_vllm.pipeline.context,
         "privacy_plan",
-        lambda cfg, releases=None: dataclasses.replace(real(cfg, releases), sigma=0.05),
+        lambda cfg, policy=DEFAULT_POLICY: dataclasses.replace(real(cfg, policy), sigma=0.05),
     )
     use_fake_backends(monkeypatch)
     out = tmp_path / "out"

@@ -210,7 +210,7 @@ def generate(
     """
     from wasp_vllm.pipeline import Run, default_backends, prepare, throughput
     from wasp_vllm.pipeline.estimate import plan_run
-    from wasp_vllm.pipeline.policy import DEFAULT_POLICY, planned_votes
+    from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 
     if out is None:
         raise ConfigError("generate needs out=: the folder the run writes to")
@@ -221,15 +221,14 @@ def generate(
     check_writable_folder(out, "--out")
     # Every check (settings, data, model names, out) runs before the first model loads.
     policy = policy or DEFAULT_POLICY
-    ctx = prepare(cfg, check_models=backends is None, private_table=as_table(private),
-                  releases=planned_votes(policy, cfg.rounds))  # fmt: skip
+    ctx = prepare(cfg, check_models=backends is None, private_table=as_table(private), policy=policy)
     _log_plan(ctx)
-    estimate = plan_run(cfg)
+    estimate = plan_run(cfg, policy)
     sources = "; ".join(sorted({e.source for e in estimate.engines}))
     log.info("estimated %s of work (throughput: %s)", _minutes(estimate.total_s), sources)
     chosen = backends or default_backends(cfg)
     run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
-              estimate=estimate, policy=policy)  # fmt: skip
+              estimate=estimate)  # fmt: skip
     manifest = run.execute(resume=resume, overwrite=overwrite)
     assert manifest.estimate is not None  # the run was given its estimate above
     if record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind

@@ -585,7 +585,7 @@ def run_one(
     extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     from wasp_vllm.pipeline import Run, prepare
-    from wasp_vllm.pipeline.policy import DEFAULT_POLICY, planned_votes
+    from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 
     record = _record_head(method, seed, data)
     start = time.perf_counter()
@@ -595,8 +595,8 @@ def run_one(
     out = settings.work / f"{method.key.replace(':', '-')}_s{seed}"
     started_before = sum(pool.startup_s.values())
     policy = DEFAULT_POLICY if method.policy is None else policy_of(method.policy)  # an experiment
-    ctx = prepare(cfg, releases=planned_votes(policy, cfg.rounds))  # sigma for the votes it makes
-    run = Run(ctx, out, engine_factory=pool, embedder=embedder, policy=policy)
+    ctx = prepare(cfg, policy=policy)  # sigma for the votes it makes
+    run = Run(ctx, out, engine_factory=pool, embedder=embedder)
     manifest = run.execute(overwrite=True).to_json()
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup

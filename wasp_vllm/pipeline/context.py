@@ -20,6 +20,7 @@ from wasp_vllm.data.records import (
     table_to_set,
     with_parties,
 )
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy, planned_votes
 from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import PrivacyUnit
 from wasp_vllm.privacy.plan import PrivacyPlan, plan_privacy
@@ -37,6 +38,8 @@ class RunContext:
     task: TaskSpec
     private: PrivateSet
     plan: PrivacyPlan
+    #: What each round does with its noisy votes; ``plan`` is made for the votes it makes.
+    policy: RoundPolicy = DEFAULT_POLICY
 
 
 def prepare(
@@ -44,15 +47,15 @@ def prepare(
     *,
     check_models: bool = False,
     private_table: pa.Table | None = None,
-    releases: int | None = None,
+    policy: RoundPolicy = DEFAULT_POLICY,
 ) -> RunContext:
     """Load the task and the private data, draw the records that vote, plan the privacy spending.
 
     ``private_table`` holds in-memory private data (the Python API), read instead of
     ``cfg.private``.  ``check_models`` also resolves every PLM and the embedder (loading none), so
     that a wrong name fails before any engine starts; callers with their own engines skip it.
-    ``releases``: the votes of a round policy that votes after fewer rounds than the paper's
-    (:func:`wasp_vllm.pipeline.policy.planned_votes`); the plan's sigma is made for that many.
+    ``policy``: the round policy the run will follow (the benchmark harness's experiments); the
+    plan's sigma is made for the votes it makes (:func:`wasp_vllm.pipeline.policy.planned_votes`).
     The settings are checked first (:func:`check_run`, the dry run's check too), before any
     private record is read.
     """
@@ -71,7 +74,7 @@ def prepare(
     private = draw_records(private, cfg.private_limit, cfg.seed, cap)
     if check_models:
         check_run_models(cfg, dequantize=True)
-    return RunContext(cfg, strategy, task, private, privacy_plan(cfg, releases))
+    return RunContext(cfg, strategy, task, private, privacy_plan(cfg, policy), policy)
 
 
 def check_run(cfg: RunConfig, *, private_given: bool = False) -> TaskSpec:
@@ -118,10 +121,10 @@ def votes(cfg: RunConfig) -> bool:
     return get_strategy(cfg.strategy).votes and cfg.rounds > 1
 
 
-def privacy_plan(cfg: RunConfig, releases: int | None = None) -> PrivacyPlan:
+def privacy_plan(cfg: RunConfig, policy: RoundPolicy = DEFAULT_POLICY) -> PrivacyPlan:
     """Sigma for the records that vote: a ``--m`` draw makes their relation *replace*, a user cap
-    multiplies the sensitivity by ``k`` (see :mod:`wasp_vllm.privacy.sampling`). ``releases``: the
-    votes a round policy makes where it is not one after every round but the last."""
+    multiplies the sensitivity by ``k`` (see :mod:`wasp_vllm.privacy.sampling`). The whole budget
+    goes to the votes ``policy`` makes (the paper's: one after every round but the last)."""
     privacy = cfg.privacy
     return plan_privacy(
         privacy.epsilon,
@@ -135,7 +138,7 @@ def privacy_plan(cfg: RunConfig, releases: int | None = None) -> PrivacyPlan:
         ),
         prior_share=privacy.label_prior_share if cfg.label_prior == "private" else 0.0,
         histograms=2 if cfg.far_votes == "on" else 1,
-        releases=releases if votes(cfg) else None,
+        releases=planned_votes(policy, cfg.rounds) if votes(cfg) else None,
     )
 
 

@@ -25,6 +25,7 @@ from wasp_vllm.engines.presets import PACKAGED, PRESETS
 from wasp_vllm.engines.registry import ModelError, cache_dir, parse_plm, resolve_plm
 from wasp_vllm.pipeline import throughput
 from wasp_vllm.pipeline.context import neighbourhood, per_round_totals, privacy_plan
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy
 from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import EXACT
 from wasp_vllm.privacy.plan import released_histograms
@@ -111,8 +112,9 @@ def device_here() -> str:
     return "gpu" if nvidia_gpus() else "cpu"
 
 
-def plan_run(cfg: RunConfig) -> RunPlan:
-    """The plan of a run with these settings (reads no private data, loads no model)."""
+def plan_run(cfg: RunConfig, policy: RoundPolicy = DEFAULT_POLICY) -> RunPlan:
+    """The plan of a run with these settings (reads no private data, loads no model); its votes are
+    those ``policy`` makes (the benchmark harness's experiments may make fewer than the paper's)."""
     task, device = get_task(cfg.task), device_here()
     quotas, final = planned_quotas(cfg)
     cap = cfg.max_new_tokens or task.max_new_tokens
@@ -132,8 +134,8 @@ def plan_run(cfg: RunConfig) -> RunPlan:
             "max_new_tokens": cap,
         },  # fmt: skip
         guarantee=_guarantee(cfg),
-        releases=_releases(cfg),
-        epsilon_exact=round(privacy_plan(cfg).epsilon_exact_spent, 6),
+        releases=_releases(cfg, policy),
+        epsilon_exact=round(privacy_plan(cfg, policy).epsilon_exact_spent, 6),
         quotas=quotas,
         quotas_final=final,
         labels=labels,
@@ -153,8 +155,8 @@ def _guarantee(cfg: RunConfig) -> str:
     )
 
 
-def _releases(cfg: RunConfig) -> list[Release]:
-    plan = privacy_plan(cfg)
+def _releases(cfg: RunConfig, policy: RoundPolicy) -> list[Release]:
+    plan = privacy_plan(cfg, policy)
     out = []
     if plan.prior_sigma is not None:
         prior = plan.prior_release()

@@ -29,7 +29,7 @@ from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.manifest import Manifest, build_manifest
-from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy, VotedSamples, planned_votes
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY, VotedSamples, planned_votes
 from wasp_vllm.pipeline.prompts import Gate, RoundInputs, normalize_text
 from wasp_vllm.pipeline.selection import label_shares
 from wasp_vllm.pipeline.state import Pools, RoundRecord, RunState
@@ -54,16 +54,18 @@ log = logging.getLogger(__name__)
 EngineFactory = Callable[[str, Any], Engine]
 
 
-def check_planned_votes(ctx: RunContext, policy: RoundPolicy) -> None:
+def check_planned_votes(ctx: RunContext) -> None:
     """A run votes exactly as often as its privacy plan counted: fewer would leave budget unspent
-    (too much noise), more would be refused by the ledger mid-run."""
+    (too much noise), more would be refused by the ledger mid-run. ``prepare`` makes the plan for
+    its policy; this catches a context whose policy was swapped afterwards."""
     if ctx.plan.sigma is None or not ctx.strategy.votes:
         return
-    votes = planned_votes(policy, ctx.cfg.rounds)
+    votes = planned_votes(ctx.policy, ctx.cfg.rounds)
     if votes != ctx.plan.compositions:
         raise ConfigError(
-            f"round policy {policy.name!r} votes {votes} times in {ctx.cfg.rounds} rounds, but the "
-            f"privacy plan is for {ctx.plan.compositions}: prepare(cfg, releases={votes})"
+            f"round policy {ctx.policy.name!r} votes {votes} times in {ctx.cfg.rounds} rounds, but "
+            f"the privacy plan is for {ctx.plan.compositions}: make the context with "
+            "prepare(cfg, policy=...)"
         )
 
 
@@ -71,16 +73,15 @@ class Run:
     """One WASP (or baseline) run writing to one output directory.
 
     ``engine_factory`` and ``embedder`` are the run's backends (real ones from
-    :func:`wasp_vllm.pipeline.backends.default_backends`, test doubles in unit tests); ``policy``
-    is what a round does with its noisy votes (the paper's unless the benchmark harness hands it
-    an experimental one, see :mod:`wasp_vllm.pipeline.policy`).
+    :func:`wasp_vllm.pipeline.backends.default_backends`, test doubles in unit tests). What a
+    round does with its noisy votes is ``ctx.policy`` (the paper's unless the benchmark harness
+    prepares the run with an experimental one, see :mod:`wasp_vllm.pipeline.policy`).
     """
 
     def __init__(self, ctx: RunContext, out: Any, *, engine_factory: EngineFactory, embedder: Any,
-                 progress: Any = None, estimate: RunPlan | None = None,
-                 policy: RoundPolicy = DEFAULT_POLICY) -> None:  # fmt: skip
-        self.ctx, self.cfg, self.strategy, self.policy = ctx, ctx.cfg, ctx.strategy, policy
-        check_planned_votes(ctx, policy)
+                 progress: Any = None, estimate: RunPlan | None = None) -> None:  # fmt: skip
+        self.ctx, self.cfg, self.strategy, self.policy = ctx, ctx.cfg, ctx.strategy, ctx.policy
+        check_planned_votes(ctx)
         self.store = RunStore(out)
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}

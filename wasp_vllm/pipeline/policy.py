@@ -1,8 +1,8 @@
 """The round policy: what a run does with each round's noisy votes and with each sample written.
 
 A policy is the one seam for trying a variant of WASP's post-processing without a new option:
-the benchmark harness hands :class:`~wasp_vllm.pipeline.loop.Run` (through ``wasp_vllm.generate(...,
-policy=...)``) an experimental policy from ``benchmarks/quality/``; the product runs
+the benchmark harness prepares a run (``prepare(cfg, policy=...)``, or ``wasp_vllm.generate(...,
+policy=...)``) with an experimental policy from ``benchmarks/quality/``; the product runs
 :class:`PaperPolicy`, the paper's rules. A variant becomes an option only after the adoption rule
 (docs/quality.md) adopts it.
 
@@ -11,9 +11,8 @@ samples and their public embeddings, and the public noise scale. It cannot chang
 (which histograms, their sensitivity, their noise): that is the privacy plan's, reviewed in
 ``privacy/``. So whatever a policy returns is differential-privacy post-processing. It may say
 after which rounds the records vote (:meth:`RoundPolicy.votes_after`), from the round number
-alone, fixed before the run starts: the plan is then made for that many votes
-(``prepare(cfg, releases=planned_votes(policy, cfg.rounds))``), and the run refuses a plan made for
-another number.
+alone, fixed before the run starts: ``prepare(cfg, policy=...)`` makes the plan for that many
+votes and hands the policy to the run with it, so the two cannot disagree.
 """
 
 from __future__ import annotations
