@@ -28,7 +28,7 @@ from wasp_vllm.pipeline.context import neighbourhood, per_round_totals, privacy_
 from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy
 from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import EXACT
-from wasp_vllm.privacy.plan import released_histograms
+from wasp_vllm.privacy.plan import PrivacyPlan, released_histograms
 from wasp_vllm.strategies import get_strategy
 from wasp_vllm.tasks import get_task
 
@@ -116,6 +116,7 @@ def plan_run(cfg: RunConfig, policy: RoundPolicy = DEFAULT_POLICY) -> RunPlan:
     """The plan of a run with these settings (reads no private data, loads no model); its votes are
     those ``policy`` makes (the benchmark harness's experiments may make fewer than the paper's)."""
     task, device = get_task(cfg.task), device_here()
+    privacy = privacy_plan(cfg, policy)  # made once: the releases and the epsilon both read it
     quotas, final = planned_quotas(cfg)
     cap = cfg.max_new_tokens or task.max_new_tokens
     engines = [_engine_estimate(spec, cfg, device, sum(q[spec] for q in quotas), cap) for spec in cfg.plms]
@@ -134,8 +135,8 @@ def plan_run(cfg: RunConfig, policy: RoundPolicy = DEFAULT_POLICY) -> RunPlan:
             "max_new_tokens": cap,
         },  # fmt: skip
         guarantee=_guarantee(cfg),
-        releases=_releases(cfg, policy),
-        epsilon_exact=round(privacy_plan(cfg, policy).epsilon_exact_spent, 6),
+        releases=_releases(privacy, cfg.delta),
+        epsilon_exact=round(privacy.epsilon_exact_spent, 6),
         quotas=quotas,
         quotas_final=final,
         labels=labels,
@@ -155,18 +156,17 @@ def _guarantee(cfg: RunConfig) -> str:
     )
 
 
-def _releases(cfg: RunConfig, policy: RoundPolicy) -> list[Release]:
-    plan = privacy_plan(cfg, policy)
+def _releases(plan: PrivacyPlan, delta: float) -> list[Release]:
     out = []
     if plan.prior_sigma is not None:
         prior = plan.prior_release()
         out.append(Release("label histogram", 1, prior.sigma, prior.sensitivity,
-                           round(EXACT.epsilon([prior], cfg.delta), 4)))  # fmt: skip
+                           round(EXACT.epsilon([prior], delta), 4)))  # fmt: skip
     if plan.sigma is not None and plan.compositions:
         votes = [plan.release(t) for t in range(plan.compositions)]
         what = f"votes ({released_histograms(plan.histograms)})"
         out.append(Release(what, plan.compositions, plan.sigma, plan.sensitivity,
-                           round(EXACT.epsilon(votes, cfg.delta), 4)))  # fmt: skip
+                           round(EXACT.epsilon(votes, delta), 4)))  # fmt: skip
     return out
 
 
