@@ -47,6 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check wasp_vllm tests benchmarks
 	$(BIN)/ruff format --check wasp_vllm tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports  # the layers of docs/ARCHITECTURE.md (pyproject.toml)
 
 mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; CI runs the curated list)
 	PYTHON=$(abspath $(BIN))/python $(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -25,7 +26,8 @@ from wasp_vllm.privacy.gaussian import (
     epsilon_for_sigma,
     mu_for_epsilon,
 )
-from wasp_vllm.privacy.plan import plan_privacy
+from wasp_vllm.privacy.plan import VoteShape, plan_privacy
+from wasp_vllm.privacy.report import LedgerReport
 
 # --- the reference table of DESIGN.md (delta = 1e-5, T = 5, Q = 8) ------------------------------
 
@@ -260,17 +262,21 @@ def test_plan_single_round_needs_no_noise():
 @pytest.mark.parametrize("mode", ["exact", "paper"])
 def test_a_plan_for_fewer_votes_spends_the_budget_on_less_noisy_ones(mode):
     every = plan_privacy(4.0, 1e-5, 5, 8, mode=mode)
-    one = plan_privacy(4.0, 1e-5, 5, 8, mode=mode, releases=1)
+    one = plan_privacy(4.0, 1e-5, 5, 8, mode=mode, votes=VoteShape(after=(2,)))
     assert every.compositions == 4 and one.compositions == 1 and one.rounds == 5
+    assert every.vote_rounds == (0, 1, 2, 3) and one.vote_rounds == (2,)
+    assert one.votes_after(2) and not one.votes_after(0) and not every.votes_after(4)
     assert one.sigma < every.sigma and one.epsilon_exact_spent <= 4.0 * (1 + 1e-9)
     if mode == "exact":  # k equal Gaussian votes compose as one of sigma / sqrt(k)
         assert one.sigma == pytest.approx(every.sigma / 2, rel=1e-6)
-    assert plan_privacy(4.0, 1e-5, 5, 8, releases=0).sigma is None
+    assert plan_privacy(4.0, 1e-5, 5, 8, votes=VoteShape(after=())).sigma is None
 
 
 @pytest.mark.parametrize(
-    "kwargs", [dict(rounds=0), dict(mode="loose"), dict(q=0), dict(releases=5), dict(releases=-1)]
-)
+    "kwargs",
+    [dict(rounds=0), dict(mode="loose"), dict(q=0), dict(votes=VoteShape(after=(4,))),
+     dict(votes=VoteShape(after=(-1,))), dict(votes=VoteShape(histograms=3))],
+)  # fmt: skip
 def test_plan_validation(kwargs):
     args = dict(epsilon=1.0, delta=1e-5, rounds=5, q=8) | kwargs
     with pytest.raises(ValueError):
@@ -344,12 +350,12 @@ def test_ledger_round_trip_and_report():
     again = PrivacyLedger.from_dict(data)
     assert again.to_dict() == ledger.to_dict()
     assert again.spent_epsilon() == ledger.spent_epsilon()
-    report = ledger.report()
-    json.dumps(report)
-    assert report["compositions"] == 2 and report["sigma"] == 3.0 and report["neighbour"] == "replace"
-    assert report["sensitivity"] == sens and report["epsilon_budget"] == 8.0 and report["delta"] == 1e-5
-    assert report["epsilon_spent_exact"] == pytest.approx(epsilon_for_sigma(3.0, 1e-5, sens, 2))
-    assert report["epsilon_spent_paper"] > report["epsilon_spent_exact"]
+    report = LedgerReport.of(ledger)
+    json.dumps(dataclasses.asdict(report))
+    assert report.compositions == 2 and report.sigma == 3.0 and report.neighbour == "replace"
+    assert report.sensitivity == sens and report.epsilon_budget == 8.0 and report.delta == 1e-5
+    assert report.epsilon_spent_exact == pytest.approx(epsilon_for_sigma(3.0, 1e-5, sens, 2))
+    assert report.epsilon_spent_paper > report.epsilon_spent_exact
     assert PrivacyLedger(epsilon=1.0, delta=1e-5).spent_epsilon() == 0.0
 
 

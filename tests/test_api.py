@@ -15,7 +15,7 @@ import pytest
 import wasp_vllm
 from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
 from tests.privacy_checks import private_texts
-from wasp_vllm.pipeline import Backends
+from wasp_vllm.pipeline import Backends, Collaborators
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ["positive", "neutral", "negative"]
@@ -26,13 +26,16 @@ def frame(n: int = 30) -> pd.DataFrame:
     return pd.DataFrame({"review": private_texts(n, seed=8), "rating": [LABELS[i % 3] for i in range(n)]})
 
 
-def fake() -> Backends:
-    return Backends(lambda name, cfg: FakeEngineForUnitTests(name), HashEmbedderForTests())
+def fake() -> Collaborators:
+    """The run's engines and embedder: FAKES for unit tests."""
+    return Collaborators(
+        backends=Backends(lambda name, cfg: FakeEngineForUnitTests(name), HashEmbedderForTests())
+    )
 
 
 def test_a_data_frame_in_a_data_frame_out(tmp_path):
     result = wasp_vllm.generate(
-        frame(), text_col="review", label_col="rating", out=tmp_path / "run", backends=fake(), **SMALL
+        frame(), text_col="review", label_col="rating", out=tmp_path / "run", collaborators=fake(), **SMALL
     )
     df = result.to_pandas()
     assert len(df) == 36 and set(df["label"]) == set(LABELS) and "embedding" not in df
@@ -45,27 +48,27 @@ def test_a_data_frame_in_a_data_frame_out(tmp_path):
 def test_records_and_resume_with_the_same_data_only(tmp_path):
     records = frame().rename(columns={"review": "text", "rating": "label"}).to_dict("records")
     out = tmp_path / "run"
-    first = wasp_vllm.generate(records, out=out, backends=fake(), **SMALL)
-    again = wasp_vllm.generate(records, out=out, resume=True, backends=fake(), **SMALL)
+    first = wasp_vllm.generate(records, out=out, collaborators=fake(), **SMALL)
+    again = wasp_vllm.generate(records, out=out, resume=True, collaborators=fake(), **SMALL)
     assert again.manifest.output.sha256 == first.manifest.output.sha256
     other = [dict(r, text=r["text"] + " changed") for r in records]
     with pytest.raises(ValueError, match="different private data"):
-        wasp_vllm.generate(other, out=out, resume=True, backends=fake(), **SMALL)
+        wasp_vllm.generate(other, out=out, resume=True, collaborators=fake(), **SMALL)
 
 
 def test_bad_inputs_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="not supported"):
-        wasp_vllm.generate(42, out=tmp_path / "a", backends=fake(), **SMALL)
+        wasp_vllm.generate(42, out=tmp_path / "a", collaborators=fake(), **SMALL)
     with pytest.raises(ValueError, match="no text column 'text'"):
-        wasp_vllm.generate(frame(), out=tmp_path / "b", backends=fake(), **SMALL)
+        wasp_vllm.generate(frame(), out=tmp_path / "b", collaborators=fake(), **SMALL)
     with pytest.raises(ValueError, match="unknown setting 'epsilonn'"):
-        wasp_vllm.generate(frame(), out=tmp_path / "c", backends=fake(), epsilonn=3, **SMALL)
+        wasp_vllm.generate(frame(), out=tmp_path / "c", collaborators=fake(), epsilonn=3, **SMALL)
 
 
 def test_hugging_face_datasets_in_and_out(tmp_path):
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_pandas(frame().rename(columns={"review": "text", "rating": "label"}))
-    result = wasp_vllm.generate(ds, out=tmp_path / "run", backends=fake(), **SMALL)
+    result = wasp_vllm.generate(ds, out=tmp_path / "run", collaborators=fake(), **SMALL)
     loaded = datasets.load_dataset("parquet", data_files=str(result.synthetic_path), split="train")
     assert loaded.num_rows == 36 and {"text", "label", "plm", "round"} <= set(loaded.column_names)
     assert result.to_dataset().num_rows == 36
@@ -84,35 +87,27 @@ def test_the_readme_example_runs(tmp_path, monkeypatch):
     assert 0.0 <= namespace["report"].macro_f1 <= 1.0
 
 
-def test_privacy_spent_reads_every_manifest_shape():
+def test_the_privacy_report_reads_every_manifest_shape():
     """The typed account of what a run spent, from the golden manifests (votes only; a method that
-    never votes; votes beside a label-prior release)."""
+    never votes) and from a ledger holding a label-prior release beside the votes."""
     import json
     from pathlib import Path
 
-    from wasp_vllm.api import PrivacySpent
+    from wasp_vllm.privacy.plan import BudgetShares, plan_privacy
+    from wasp_vllm.privacy.report import LedgerReport, PrivacyReport
 
     golden = Path(__file__).parent / "golden"
-    wasp = PrivacySpent.from_manifest(json.loads((golden / "wasp.manifest.json").read_text()))
+    wasp = PrivacyReport.from_json(json.loads((golden / "wasp.manifest.json").read_text())["privacy"])
     assert wasp.compositions == len(wasp.sigmas) == 2 and wasp.sigma == wasp.sigmas[0] > 0
-    assert wasp.epsilon_spent <= wasp.epsilon_budget == 4.0 and wasp.neighbour == "add_remove"
-    fusegen = PrivacySpent.from_manifest(json.loads((golden / "fusegen.manifest.json").read_text()))
+    assert wasp.epsilon_spent <= wasp.epsilon_budget == 4.0 and wasp.ledger.neighbours == ("add_remove",)
+    assert wasp.plan.vote_rounds == (0, 1) and wasp.plan.sigma == wasp.sigma
+    fusegen = PrivacyReport.from_json(json.loads((golden / "fusegen.manifest.json").read_text())["privacy"])
     assert fusegen.compositions == 0 and fusegen.sigma is None and fusegen.sensitivities == ()
-    mixed = {
-        "privacy": {
-            "guarantee": "g",
-            "epsilon_void": False,
-            "ledger": {
-                "epsilon_budget": 4.0,
-                "epsilon_spent_exact": 4.0,
-                "delta": 1e-5,
-                "sigmas": [5.0, 2.0, 2.0],
-                "sensitivity": [1.41, 2.31],
-                "mode": "exact",
-                "neighbour": "add_remove",
-                "compositions": 3,
-            },
-        }
-    }
-    spent = PrivacySpent.from_manifest(mixed)
-    assert spent.sigma is None and spent.sigmas == (5.0, 2.0, 2.0) and spent.sensitivities == (1.41, 2.31)
+    plan = plan_privacy(4.0, 1e-5, 3, 8, shares=BudgetShares(label_prior=0.2))
+    ledger = plan.open_ledger()
+    for release in plan.planned_releases():
+        ledger.record(release)
+    mixed = LedgerReport.of(ledger)
+    assert mixed.sigma is None and mixed.sigmas == [plan.prior_sigma, plan.sigma, plan.sigma]
+    assert mixed.sensitivities == tuple(sorted({plan.prior_sensitivity, plan.sensitivity}))
+    assert mixed.epsilon_spent == pytest.approx(4.0)

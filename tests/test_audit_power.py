@@ -26,9 +26,16 @@ from tests.test_canary_audit import LABELS, EchoEngineForUnitTests, planted_leak
 from wasp_vllm.cli import app
 from wasp_vllm.cli.audit import AUDIT_SETTINGS
 from wasp_vllm.config import ConfigError
-from wasp_vllm.ops.audit import AUDIT_FILE, CanaryDesign, audit
+from wasp_vllm.ops.audit import AUDIT_FILE, CanaryAudit, CanaryDesign, audit
 from wasp_vllm.pipeline.backends import Backends
-from wasp_vllm.privacy.audit import MOST_CANARIES, best_possible_bound, canaries_to_refute
+from wasp_vllm.privacy.audit import (
+    MOST_CANARIES,
+    best_possible_bound,
+    canaries_to_refute,
+    fewest_echoes_to_refute,
+    one_run_epsilon_lower_bound,
+    realised_ceiling,
+)
 
 DELTA = 1e-5
 
@@ -43,6 +50,32 @@ def test_the_default_canary_count_can_refute_the_claim():
         assert need < canaries_to_refute(epsilon * 2, DELTA)
     assert canaries_to_refute(8.0, DELTA) is None  # out of reach at any count up to MOST_CANARIES
     assert best_possible_bound(MOST_CANARIES, DELTA) < 8.0
+
+
+def _audit_of(included: int, guesses: int, correct: int) -> CanaryAudit:
+    """What ``score_run`` makes of an audit at the defaults (373 canaries, epsilon 4)."""
+    bound = one_run_epsilon_lower_bound(373, guesses, correct, DELTA)
+    return CanaryAudit(4.0, DELTA, bound, 0.95, 373, guesses, correct, "run", best_possible_bound(373, DELTA),
+                       included, realised_ceiling(373, included, DELTA),
+                       fewest_echoes_to_refute(373, included, 4.0, DELTA))  # fmt: skip
+
+
+def test_the_audit_says_what_this_run_could_show_from_the_coins_it_drew():
+    """At 373 canaries epsilon 4 is refuted only if about 90 % of the canaries put in echo and no
+    left-out one does: the statement says so, from the coins the operator holds, and calls a draw
+    that puts in too few canaries for any attack a weak run."""
+    assert fewest_echoes_to_refute(373, 186, 4.0, DELTA) == 167  # 90 % of the 186 put in
+    assert one_run_epsilon_lower_bound(373, 188, 186, DELTA) < 4.0  # two chance echoes: no refutation
+    typical = _audit_of(included=186, guesses=20, correct=20)
+    assert typical.could_refute and typical.echoes_needed == 167 and not typical.refutes_claim
+    words = typical.statement()
+    assert "put in 186 of 373 canaries" in words and "at least 167 of the 186" in words
+    assert "none of the 187 left out" in words and "does not prove the claim" in words
+    few = _audit_of(included=160, guesses=20, correct=20)  # a draw about 1.4 sd below half
+    assert few.epsilon_ceiling < 4.0 < few.epsilon_best_possible and few.echoes_needed is None
+    assert not few.could_refute and "WEAK RUN" in few.statement()
+    leak = _audit_of(included=186, guesses=180, correct=180)
+    assert leak.refutes_claim and "guarantee is false" in leak.statement()
 
 
 def _records(n: int) -> pd.DataFrame:

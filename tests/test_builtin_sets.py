@@ -122,8 +122,13 @@ def test_a_small_set_keeps_a_fifth_for_validation():
     assert 0.15 < builtin_split("drugs", "validation").num_rows / train < 0.25
 
 
-def test_the_registry_is_still_reachable_from_sources():
-    from wasp_vllm.data import sources
+def test_a_source_names_a_built_in_set_unless_a_file_is_there(tmp_path, monkeypatch):
+    from wasp_vllm.data.resolve import builtin_name, source_table
 
-    assert sources.BUILTIN is BUILTIN and sources.builtin_split is builtin_split
     assert set(BUILTIN) >= {"drugs", "rotten_tomatoes", "imdb", "tweets", "trec"}
+    assert builtin_name("drugs") == builtin_name("drugs:test") == "drugs" and builtin_name("x.csv") is None
+    table, mapping = source_table("drugs:test", "fit")
+    assert mapping is BUILTIN["drugs"] and table.num_rows == builtin_split("drugs", "test").num_rows
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "drugs").write_text("text,label\na,b\n")  # a file at that path wins
+    assert builtin_name("drugs") is None

@@ -77,7 +77,12 @@ def _renamed(golden: dict) -> dict:
 #: Fields added to a round's record since the golden files were recorded (issues 14, 15).
 ADDED_ROUND_FIELDS = ("missing", "rejects")
 #: Settings added since: the golden runs have them at the value here, which behaves as before they existed.
-ADDED_SETTINGS = {"label_prior": "uniform", "label_prior_share": 0.1, "far_votes": "on"}
+ADDED_SETTINGS = {
+    "label_prior": "uniform",
+    "label_prior_share": 0.1,
+    "far_votes": "on",
+    "utility_check_share": 0.0,
+}
 #: Fields added to the privacy plan since: both histograms released, as before the field existed.
 ADDED_PLAN_FIELDS = {"histograms": 2}
 
@@ -91,6 +96,9 @@ def _comparable_manifest(manifest: dict) -> dict:
         assert manifest["config"].pop(name) == off, name
     for name, before in ADDED_PLAN_FIELDS.items():
         assert manifest["privacy"]["plan"].pop(name) == before, name
+    # Issue 74: the plan owns the vote schedule (the paper's: after every round but the last).
+    plan = manifest["privacy"]["plan"]
+    assert plan.pop("vote_rounds") == list(range(plan["compositions"]))
     # Issue 57: the private file is named by the owner's keyed fingerprint (this session's key).
     named = published_source(str(BASE["private"]))
     assert manifest["config"]["private"] == manifest["private_data"]["source"] == named

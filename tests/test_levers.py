@@ -187,12 +187,21 @@ def test_label_agreement_with_a_reference_set(tmp_path):
     assert set(agreement["per_label"]) == set(LABELS) and agreement["reference_public"] is False
     with pytest.raises(ValueError, match="private data of the run"):  # the run's own private file
         evaluate_synthetic(synthetic, scored.model_copy(update={"reference_public": True}))
-    shutil.copy(private, tmp_path / "public.csv")  # the same records under another name: the user's word
-    declared = scored.model_copy(update={"reference_public": True, "reference": str(tmp_path / "public.csv")})
-    public = evaluate_synthetic(synthetic, declared, embedder=HashEmbedderForTests()).to_json()
-    assert public["label_agreement"]["overall"] == agreement["overall"] and "operator_only" not in public
-    with pytest.raises(ValueError, match="overlaps the private set"):  # declared public, yet private
-        with_private = declared.model_copy(update={"private": str(tmp_path / "public.csv")})
+    shutil.copy(private, tmp_path / "copy.csv")  # the same records under another name: not public
+    copied = scored.model_copy(update={"reference_public": True, "reference": str(tmp_path / "copy.csv")})
+    with pytest.raises(ValueError, match="shares records with the private data of the run"):
+        evaluate_synthetic(synthetic, copied, embedder=HashEmbedderForTests())
+    public = tmp_path / "public.csv"  # records no private file holds
+    public.write_text(
+        "text,label\n" + "".join(f"{t},{LABELS[i % 3]}\n" for i, t in enumerate(private_texts(30, seed=77)))
+    )
+    declared = scored.model_copy(update={"reference_public": True, "reference": str(public)})
+    published = evaluate_synthetic(synthetic, declared, embedder=HashEmbedderForTests()).to_json()
+    assert 0.0 <= published["label_agreement"]["overall"] <= 1.0 and "operator_only" not in published
+    with pytest.raises(
+        ValueError, match="shares records with the private set"
+    ):  # declared public, yet private
+        with_private = declared.model_copy(update={"private": str(public)})
         evaluate_synthetic(synthetic, with_private, embedder=HashEmbedderForTests())
 
 

@@ -297,14 +297,59 @@ MUTANTS = {
         ("tests/test_private_source.py::test_no_path_of_the_private_file_is_published",),
     ),
     "public-reference-checked-against-private-only": Mutant(
-        "evaluate publishes the label agreement of a reference that is the run's own private file "
-        "(checked only against --private)",
-        "wasp_vllm/evaluation/runner.py",
+        "evaluate publishes the label agreement of a reference that is the run's own private file, or a "
+        "copy of it (checked only against --private, never against the run's record keys)",
+        "wasp_vllm/evaluation/reference.py",
         (
-            ("    run_source = _run_private_source(synthetic)\n", "    run_source = None\n"),
-            ("    if run_source is None and private is None:\n", "    if False:\n"),
+            (
+                "    keys = RecordKeys.of_run(synthetic.parent)\n    if keys is None:\n",
+                "    keys = None\n    if False:\n",
+            ),
+            ("        shared = keys.shared_with(texts, key)\n", "        shared = 0\n"),
         ),
-        ("tests/test_reference_public.py::test_the_runs_own_private_file_cannot_be_declared_public",),
+        (
+            "tests/test_reference_public.py::test_a_copy_a_hard_link_or_a_part_of_the_private_file_cannot_be_declared_public",
+        ),
+    ),
+    "round-0-speed-recorded-under-a-private-label-prior": Mutant(
+        "a run whose round 0 a private release steered (the label prior) leaves its speed for later plans",
+        "wasp_vllm/pipeline/throughput.py",
+        (("    if manifest.privacy.plan.steers_first_round:", "    if False:"),),
+        (
+            "tests/test_throughput_cache.py::test_a_run_whose_round_0_a_private_release_steered_records_nothing",
+        ),
+    ),
+    "utility-check-published-clean": Mutant(
+        "the utility check publishes the clean confusion matrices of the private records",
+        "wasp_vllm/privacy/mechanisms.py",
+        (("        return clean + noise\n", "        return clean + 0 * noise\n"),),
+        (
+            "tests/test_utility_check.py::test_the_released_matrices_carry_the_planned_noise_and_are_paid_for_first",
+        ),
+    ),
+    "ledger-takes-an-unplanned-release": Mutant(
+        "the ledger records a release the privacy plan did not make (a vote a policy slipped in)",
+        "wasp_vllm/privacy/accountant.py",
+        (
+            (
+                "        if self.planned is not None and (release not in self.planned or release in self.releases):",
+                "        if False:",
+            ),
+        ),
+        (
+            "tests/test_policy.py::test_a_policy_asks_for_fewer_votes_the_plan_decides_and_the_ledger_enforces",
+        ),
+    ),
+    "a-vote-after-an-empty-round-is-not-charged": Mutant(
+        "a round that keeps nothing re-noises the same votes without charging the ledger",
+        "wasp_vllm/privacy/mechanisms.py",
+        (
+            (
+                "        self.ledger.record(self.plan.release(round_index))\n",
+                "        if round_index == 0:\n            self.ledger.record(self.plan.release(round_index))\n",
+            ),
+        ),
+        (f"{RELEASES}::test_a_round_that_keeps_nothing_is_still_voted_on_and_paid_for",),
     ),
     "hot-pate-auto-vllm-without-batch-invariance": Mutant(
         "Hot PATE's --engine auto picks vLLM on a GPU without VLLM_BATCH_INVARIANT=1 (a teacher's "
@@ -337,7 +382,7 @@ MUTANTS = {
     "void-epsilon-run-throughput-recorded": Mutant(
         "a --noise-seed (void epsilon) or audit run leaves its measurements for later plans",
         "wasp_vllm/api.py",
-        (("    if record_throughput and cfg.noise_seed is None:", "    if True:"),),
+        (("    if given.record_throughput and cfg.noise_seed is None:", "    if True:"),),
         ("tests/test_throughput_cache.py::test_void_epsilon_and_audit_runs_record_nothing",),
     ),
     "weak-audit-runs": Mutant(
@@ -374,9 +419,9 @@ MUTANTS = {
         "wasp_vllm/pipeline/estimate.py",
         (
             (
-                "        f\"--private; the records that vote: {where['selection']}\"",
+                '        f"--private; the records that vote: {where.selection}"',
                 '        f"--private ({sum(1 for _ in open(cfg.private)) - 1} records); the records that vote: "\n'
-                "        f\"{where['selection']}\"",
+                '        f"{where.selection}"',
             ),
         ),
         ("tests/test_dry_run.py::test_the_dry_run_on_a_real_private_file_does_not_depend_on_its_size",),

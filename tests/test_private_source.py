@@ -45,3 +45,23 @@ def test_built_in_sets_keep_their_public_names_and_files_are_keyed(tmp_path):
     named = published_source(str(tmp_path / "x.csv"))
     assert named is not None and named != published_source(str(tmp_path / "y.csv"))
     assert keyed_name("x.csv", b"k" * 32) != keyed_name("x.csv", b"j" * 32)  # keyed: no guess can be tested
+
+
+def test_a_relative_path_or_one_that_starts_with_an_angle_bracket_is_keyed_too(tmp_path, monkeypatch):
+    """Only the exact in-memory marker is published as it is: ``<clinic-x>/patients.csv`` and a
+    relative ``patients.csv`` name a file, which the manifest names by its keyed fingerprint."""
+    use_fake_backends(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"<{FOLDER}>").mkdir()
+    for given in (f"<{FOLDER}>/{FILE}", FILE):
+        write_private(tmp_path / given, n=12)
+        out = tmp_path / f"run-{len(given)}"
+        argv = ["generate", "--plms", "a", "--private", given, "--n", "12", "--rounds", "2", "--q", "2",
+                "--s", "2", "--out", str(out)]  # fmt: skip
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 0, result.output
+        text = (out / "manifest.json").read_text()
+        assert given not in text and FOLDER not in text and "patients-zorblax" not in text
+        named = json.loads(text)["config"]["private"]
+        assert named == published_source(str(tmp_path / given)) and named.startswith("hmac-sha256:")
+    assert published_source(f"<{FOLDER}>/{FILE}") != f"<{FOLDER}>/{FILE}"

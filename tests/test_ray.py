@@ -176,7 +176,7 @@ def test_a_replica_killed_mid_run_is_routed_around_and_restarted_and_the_run_los
     cluster, fleet, tmp_path, embedder
 ):
     from wasp_vllm import generate
-    from wasp_vllm.pipeline import Backends
+    from wasp_vllm.pipeline import Backends, Collaborators
     from wasp_vllm.pipeline.backends import default_engine_factory
 
     engines: list = []
@@ -194,7 +194,8 @@ def test_a_replica_killed_mid_run_is_routed_around_and_restarted_and_the_run_los
         for i, c in enumerate(CANARIES)
     ]
     started = time.monotonic()
-    result = generate(private, out=out, backends=Backends(factory, embedder), plms=[spec], task="drugs",
+    result = generate(private, out=out, collaborators=Collaborators(backends=Backends(factory, embedder)),
+                      plms=[spec], task="drugs",
                       n=N, rounds=3, q=2, s=2, private_limit=30, max_new_tokens=16, noise_seed=1,
                       label_check="off")  # fmt: skip
     wall = time.monotonic() - started

@@ -1,17 +1,25 @@
-"""A release that the noise-vs-sigma test of the votes does not cover (issue 21, item 10): the
-private label prior's noise (a curated mutant in tests/test_mutants.py)."""
+"""Releases that the noise-vs-sigma test of the votes does not cover (issue 21, item 10): the
+private label prior's noise (a curated mutant in tests/test_mutants.py); a vote after a round that
+kept nothing (issue 73, item 5)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
+from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.test_levers import run
+from tests.test_reliability import settings, write_private
 from wasp_vllm.config import RunConfig
+from wasp_vllm.engines import Completion
+from wasp_vllm.pipeline import Run, prepare
 from wasp_vllm.pipeline.context import privacy_plan
 from wasp_vllm.privacy.accountant import PrivacyBudgetExceeded, PrivacyLedger
 from wasp_vllm.privacy.mechanisms import clean_label_counts, release_label_histogram
-from wasp_vllm.privacy.plan import plan_privacy
+from wasp_vllm.privacy.plan import BudgetShares, plan_privacy
 from wasp_vllm.privacy.secrets import RunSecret
 
 
@@ -36,20 +44,54 @@ def test_a_run_publishes_the_prior_sigma_it_planned(tmp_path):
     cfg, manifest, _ = run(tmp_path, label_prior="private")
     ledger = manifest["privacy"]["ledger"]
     prior_sigma = manifest["privacy"]["plan"]["prior_sigma"]
-    expected = plan_privacy(cfg.epsilon, cfg.delta, cfg.rounds, cfg.q, prior_share=cfg.label_prior_share)
+    expected = plan_privacy(
+        cfg.epsilon, cfg.delta, cfg.rounds, cfg.q, shares=BudgetShares(label_prior=cfg.label_prior_share)
+    )
     assert prior_sigma == pytest.approx(expected.prior_sigma) and prior_sigma in ledger["sigmas"]
 
 
 def test_an_overspending_split_is_refused_for_what_it_is(monkeypatch):
     import wasp_vllm.privacy.plan as plan_module
 
-    real = plan_module._prior
+    real = plan_module._side_releases
 
     def greedy_prior(*args):  # the prior takes twice the noise-free share it was given
-        sigma, sensitivity, votes_epsilon = real(*args)
-        return sigma / 2, sensitivity, votes_epsilon
+        side = real(*args)
+        sigma, sensitivity = side.prior
+        return dataclasses.replace(side, prior=(sigma / 2, sensitivity))
 
-    monkeypatch.setattr(plan_module, "_prior", greedy_prior)
+    monkeypatch.setattr(plan_module, "_side_releases", greedy_prior)
     with pytest.raises(PrivacyBudgetExceeded, match="label prior") as refused:
-        plan_privacy(4.0, 1e-5, 5, 8, prior_share=0.1)
+        plan_privacy(4.0, 1e-5, 5, 8, shares=BudgetShares(label_prior=0.1))
     assert "paper" not in str(refused.value)
+
+
+class SilentOnExamplesForTests(FakeEngineForUnitTests):
+    """FAKE engine for unit tests: writes nothing usable once its prompts show examples (every
+    sample it wrote ends 'and more'), so every round after round 0 keeps nothing."""
+
+    def generate(self, prompts, seeds, params):
+        out = super().generate(prompts, seeds, params)
+        return [Completion("  ", 1) if "and more" in p else c for p, c in zip(prompts, out, strict=True)]
+
+
+def test_a_round_that_keeps_nothing_is_still_voted_on_and_paid_for(tmp_path):
+    """After round 1 the samples so far are round 0's alone, as after round 0: the records vote on
+    them again, with fresh noise, and the ledger charges that vote like any other (every noisy
+    votes file the run keeps has its release in the ledger)."""
+    private = write_private(tmp_path / "p.csv", n=24)
+    cfg = RunConfig(**settings(private, plms=["a"], n=36, rounds=3))
+    factory = {"a": SilentOnExamplesForTests("a")}
+    manifest = Run(prepare(cfg), tmp_path / "out", engine_factory=lambda name, c: factory[name],
+                   embedder=HashEmbedderForTests()).execute().to_json()  # fmt: skip
+    kept = [sum(r["kept"].values()) for r in manifest["rounds"]]
+    assert kept[0] > 0 and kept[1] == 0 == kept[2]
+    votes = sorted((tmp_path / "out").rglob("votes-*.parquet"))
+    ledger = manifest["privacy"]["ledger"]
+    assert [v.name for v in votes] == ["votes-000.parquet", "votes-001.parquet"]
+    assert ledger["compositions"] == len(votes) == 2 and ledger["rounds"] == [0, 1]
+    first, second = (pq.read_table(v) for v in votes)
+    assert first.column("id").equals(second.column("id"))  # the same samples ...
+    assert not np.allclose(
+        first.column("h_near").to_numpy(), second.column("h_near").to_numpy()
+    )  # ... re-noised

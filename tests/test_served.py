@@ -133,7 +133,7 @@ def kill_when_first_round_is_written(out: Path, pgid: int, killed: list[float]) 
 @pytest.mark.timeout(900)
 def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(served, tmp_path, embedder):
     from wasp_vllm import generate
-    from wasp_vllm.pipeline import Backends
+    from wasp_vllm.pipeline import Backends, Collaborators
     from wasp_vllm.pipeline.backends import default_engine_factory
 
     engines: list = []
@@ -147,7 +147,8 @@ def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(ser
     watcher = kill_when_first_round_is_written(out, victim["pid"], killed)
     sizes = dict(n=24, rounds=3, q=2, s=2, private_limit=30, max_new_tokens=16, noise_seed=1)
     backends = Backends(factory, embedder)
-    result = generate(out=out, backends=backends, plms=[served["plms"]], engine="openai", **sizes)
+    result = generate(out=out, collaborators=Collaborators(backends=backends), plms=[served["plms"]],
+                      engine="openai", **sizes)  # fmt: skip
     watcher.join(timeout=5)
     assert killed, "round 0 was never written"
     # The whole group died (server and engine); the kernel reaps the last member a moment later.

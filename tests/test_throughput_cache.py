@@ -8,13 +8,16 @@ must be the same bytes after either earlier run.  The cache may hold facts of th
 engine (start-up, tokens per second), never the earlier run's rejects per kept sample or its
 sample lengths, which follow its noisy votes.
 
-The engine is a FAKE for unit tests that runs on a clock of its own: one token a second, seven
-seconds to start, so that its speed is a fact of "the machine" alone and both worlds measure the
-same one (wall-clock jitter would hide nothing and prove nothing).
+The engine is a FAKE for unit tests that runs on a clock of its own: seven seconds to start, and a
+speed that depends on the prompts it is given (as a real engine's does: longer prompts, more
+prefill), so that round 0's public prompts give both worlds the same speed while any prompt a
+private release steered (later rounds' examples, a private label mix) would show in the cache
+(wall-clock jitter would hide nothing and prove nothing).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +27,7 @@ import pytest
 from typer.testing import CliRunner
 
 import wasp_vllm
+import wasp_vllm.config.checks as checks
 import wasp_vllm.pipeline.estimate as estimate
 import wasp_vllm.pipeline.generation as generation
 import wasp_vllm.pipeline.loop as loop
@@ -48,8 +52,14 @@ class FakeClock:
         return self.now
 
 
+def seconds_per_token(prompt: str) -> float:
+    """The fake machine's cost of one token after ``prompt``: between 1 and 2 s, set by the prompt's
+    bytes (any change of the prompts changes the speed)."""
+    return 1.0 + hashlib.blake2b(prompt.encode(), digest_size=2).digest()[0] / 255.0
+
+
 class ClockedFakeEngineForUnitTests(FakeEngineForUnitTests):
-    """FAKE engine for unit tests: writes one token per second of ``clock``, starts in 7 s."""
+    """FAKE engine for unit tests: writes on the ``clock``, at a speed its prompts set; starts in 7 s."""
 
     def __init__(self, name: str, clock: FakeClock) -> None:
         super().__init__(name, keep_prompts=False)
@@ -58,7 +68,7 @@ class ClockedFakeEngineForUnitTests(FakeEngineForUnitTests):
 
     def generate(self, prompts, seeds, params):
         out = super().generate(prompts, seeds, params)
-        self.clock.now += sum(c.n_tokens for c in out)
+        self.clock.now += sum(c.n_tokens * seconds_per_token(p) for c, p in zip(out, prompts, strict=True))
         return out
 
 
@@ -71,6 +81,7 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.setattr(generation, "time", fake_time)
     monkeypatch.setattr(loop, "time", fake_time)
     monkeypatch.setattr(estimate, "nvidia_gpus", lambda: [])
+    monkeypatch.setattr(checks.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine: no busy note
     monkeypatch.setitem(estimate.ENGINE_KINDS, ClockedFakeEngineForUnitTests.__name__, "hf")
 
     def factory(name: str, _cfg: Any) -> ClockedFakeEngineForUnitTests:
@@ -93,14 +104,16 @@ def _cli(*argv: str):
     return result
 
 
-def _world(tmp_path: Path, monkeypatch, clock: FakeClock, earlier: list[dict[str, str]], name: str) -> dict:
+def _world(tmp_path: Path, monkeypatch, clock: FakeClock, earlier: list[dict[str, str]], name: str,
+           *earlier_settings: str) -> dict:  # fmt: skip
     """An earlier run on ``earlier`` with a real secret key, then a later plan and run: what they publish."""
     folder = tmp_path / name
     monkeypatch.setenv("WASP_VLLM_CACHE", str(folder / "cache"))
     clock.now = 0.0
-    _cli("generate", *SETTINGS, "--private", str(_write(folder / "earlier.csv", earlier)), "--out",
-         str(folder / "earlier"))  # fmt: skip
-    cached = json.loads(throughput.records_path().read_text())
+    _cli("generate", *SETTINGS, *earlier_settings, "--private", str(_write(folder / "earlier.csv", earlier)),
+         "--out", str(folder / "earlier"))  # fmt: skip
+    path = throughput.records_path()
+    cached = json.loads(path.read_text()) if path.exists() else {}
     later_private = _write(folder / "later.csv", rows(18))  # the same file in both worlds
     plan = _cli("generate", *SETTINGS, "--private", str(later_private), "--dry-run")
     later = _cli("generate", *SETTINGS, "--private", str(later_private), "--noise-seed", "3", "--out",
@@ -125,11 +138,22 @@ def test_an_earlier_run_on_neighbouring_files_leaves_the_same_later_bytes(tmp_pa
     assert set(d["cache"]) == {"a|hf|cpu", "b|hf|cpu"}
     for measured in d["cache"].values():
         assert set(measured) == {"tokens_per_s", "startup_s", "when"}
-        assert measured["tokens_per_s"] == 1.0 and measured["startup_s"] == STARTUP_S
+        assert 0.5 < measured["tokens_per_s"] < 1.0 and measured["startup_s"] == STARTUP_S
     # the per-sample facts are the public ones: the token cap and the built-in reject rate
     for engine in json.loads(d["manifest estimate (plan)"])["engines"]:
         assert engine["tokens"] == engine["generated"] * 40
         assert engine["generated"] == round(engine["samples"] * throughput.REGENERATION["label_check"])
+
+
+def test_a_run_whose_round_0_a_private_release_steered_records_nothing(tmp_path, monkeypatch, machine):
+    """With ``--label-prior private`` round 0's label mix follows the noisy histogram of the
+    private labels: its speed is not a fact of the machine alone, and stays out of the cache."""
+    records = rows()
+    d = _world(tmp_path, monkeypatch, machine, records, "d", "--label-prior", "private")
+    d_prime = _world(tmp_path, monkeypatch, machine, records[:1] + records[2:], "d-prime", "--label-prior",
+                     "private")  # fmt: skip
+    assert d["cache"] == d_prime["cache"] == {}
+    assert "last run here" not in d["dry run"] and d == d_prime
 
 
 def test_void_epsilon_and_audit_runs_record_nothing(tmp_path, monkeypatch, machine):

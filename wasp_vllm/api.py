@@ -30,54 +30,17 @@ import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError, RunConfig, build_config, build_settings, read_config_file
 from wasp_vllm.config.checks import check_writable_folder
+from wasp_vllm.data.resolve import IN_MEMORY
 from wasp_vllm.pipeline.store import PUBLISHED, RunStore
 
 if TYPE_CHECKING:
     from wasp_vllm.evaluation.results import SyntheticScores
+    from wasp_vllm.pipeline import Collaborators
     from wasp_vllm.pipeline.estimate import RunPlan
     from wasp_vllm.pipeline.manifest import Manifest
-    from wasp_vllm.pipeline.policy import RoundPolicy
+    from wasp_vllm.privacy.report import PrivacyReport
 
 log = logging.getLogger(__name__)
-
-#: How an in-memory private set is named in the run's (published) settings.
-IN_MEMORY = "<in-memory>"
-
-
-@dataclass(frozen=True)
-class PrivacySpent:
-    """What a run spent, as its manifest states it: (epsilon, delta), sigma, sensitivity, accountant."""
-
-    guarantee: str  # one sentence; says VOID when the noise came from a public --noise-seed
-    epsilon_void: bool
-    epsilon_budget: float
-    epsilon_spent: float  # by the exact accountant (the paper's formula's figure is in the manifest)
-    delta: float
-    sigmas: tuple[float, ...]  # one per release (label histogram, votes), in release order
-    sensitivities: tuple[float, ...]  # the distinct L2 sensitivities of the releases
-    accountant: str
-    neighbour: str  # of the releases ("" when there was none)
-    compositions: int
-
-    @property
-    def sigma(self) -> float | None:
-        """The noise of the releases when they all share one sigma (the votes without a label prior)."""
-        return self.sigmas[0] if len(set(self.sigmas)) == 1 else None
-
-    @classmethod
-    def from_manifest(cls, manifest: Manifest | Mapping[str, Any]) -> PrivacySpent:
-        """From a run's manifest: the typed one, or ``manifest.json`` as read."""
-        privacy = manifest["privacy"] if isinstance(manifest, Mapping) else manifest.privacy
-        ledger = privacy["ledger"]
-        sensitivity, neighbour = ledger["sensitivity"], ledger["neighbour"]  # one value, or a list of them
-        neighbour = ", ".join(neighbour) if isinstance(neighbour, list) else neighbour
-        return cls(
-            guarantee=privacy["guarantee"], epsilon_void=privacy["epsilon_void"],
-            epsilon_budget=ledger["epsilon_budget"], epsilon_spent=ledger["epsilon_spent_exact"],
-            delta=ledger["delta"], sigmas=tuple(ledger["sigmas"]),
-            sensitivities=tuple(sensitivity if isinstance(sensitivity, list) else [sensitivity]),
-            accountant=ledger["mode"], neighbour=neighbour, compositions=ledger["compositions"],
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -88,9 +51,9 @@ class RunResult:
     manifest: Manifest
 
     @property
-    def privacy(self) -> PrivacySpent:
+    def privacy(self) -> PrivacyReport:
         """What the run spent: (epsilon, delta), sigma, sensitivity, accountant, neighbourhood."""
-        return PrivacySpent.from_manifest(self.manifest)
+        return self.manifest.privacy
 
     @property
     def synthetic_path(self) -> Path:
@@ -193,45 +156,41 @@ def generate(
     resume: bool = False,
     overwrite: bool = False,
     progress: Any = None,
-    backends: Any = None,
-    record_throughput: bool = True,
-    policy: RoundPolicy | None = None,
+    collaborators: Collaborators | None = None,
     **settings: Any,
 ) -> RunResult:
     """Generate a DP synthetic labelled data set; ``settings`` are :class:`RunConfig` fields.
 
     Returns a :class:`RunResult` (:func:`plan` gives the run's plan without running it: no
-    private data read, no model loaded).  ``progress`` is a rich
-    ``Progress`` to report to (None: silent); ``backends`` replaces the real engines and embedder
-    (:func:`wasp_vllm.pipeline.default_backends`).  ``record_throughput=False`` keeps this run's
-    speed out of the cache later plans read (an audit's run; a ``--noise-seed`` run never records).
-    ``policy`` replaces the paper's round policy (the benchmark harness's experiments,
-    :mod:`wasp_vllm.pipeline.policy`; not a setting of the product).
+    private data read, no model loaded).  ``progress`` is a rich ``Progress`` to report to (None:
+    silent).  ``collaborators`` hands the run other backends, a round policy or no throughput
+    record (:class:`~wasp_vllm.pipeline.Collaborators`: the benchmark harness, audits, tests).
     """
-    from wasp_vllm.pipeline import Run, default_backends, prepare, throughput
+    from wasp_vllm.pipeline import Collaborators, Run, default_backends, prepare, throughput
     from wasp_vllm.pipeline.estimate import plan_run
-    from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 
     if out is None:
         raise ConfigError("generate needs out=: the folder the run writes to")
     if resume and overwrite:
         raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
+    given = collaborators or Collaborators()
     cfg = run_config(private, config, settings)
     RunStore(out).check(resume=resume, overwrite=overwrite)
     check_writable_folder(out, "--out")
     # Every check (settings, data, model names, out) runs before the first model loads.
-    policy = policy or DEFAULT_POLICY
-    ctx = prepare(cfg, check_models=backends is None, private_table=as_table(private), policy=policy)
+    ctx = prepare(
+        cfg, check_models=given.backends is None, private_table=as_table(private), policy=given.policy
+    )
     _log_plan(ctx)
-    estimate = plan_run(cfg, policy)
+    estimate = plan_run(cfg, ctx.plan)  # the run's own plan: sigma is calibrated once
     sources = "; ".join(sorted({e.source for e in estimate.engines}))
     log.info("estimated %s of work (throughput: %s)", _minutes(estimate.total_s), sources)
-    chosen = backends or default_backends(cfg)
+    chosen = given.backends or default_backends(cfg)
     run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
               estimate=estimate)  # fmt: skip
     manifest = run.execute(resume=resume, overwrite=overwrite)
     assert manifest.estimate is not None  # the run was given its estimate above
-    if record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
+    if given.record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
         throughput.record(manifest, str(estimate.summary["device"]))
     return RunResult(Path(out), manifest)
 

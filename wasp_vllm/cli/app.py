@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -37,6 +37,7 @@ from wasp_vllm.privacy.clock import PublicClock
 
 if TYPE_CHECKING:
     from wasp_vllm.pipeline.manifest import Manifest
+    from wasp_vllm.privacy.utility import UtilityFigures
 
 app = typer.Typer(
     name="wasp-vllm",
@@ -327,10 +328,21 @@ class _LazyProgress(Progress):
             super().stop()
 
 
-def _distinct(values: float | list[float]) -> str:
+def _distinct(values: Sequence[float]) -> str:
     """'5.264' for one value, '4.835 / 5.264' for several (the label prior and the votes), '-' for none."""
-    listed = values if isinstance(values, list) else [values]
-    return " / ".join(f"{v:.3f}" for v in sorted(set(listed))) or "-"
+    return " / ".join(f"{v:.3f}" for v in sorted(set(values))) or "-"
+
+
+def print_utility_check(check: UtilityFigures) -> None:
+    """The utility check's figures at the default level: each set's macro-F1 on the private records
+    with its interval, and one line that reads them (a warning where zero-shot does better)."""
+    scores = ", ".join(f"{s.name} {s.macro_f1}" for s in check.sets)
+    console.print(
+        f"utility check on your records (macro-F1, {check.confidence:.0%} intervals): {scores}",
+        highlight=False,
+    )
+    style = "[bold yellow]warning:[/] " if check.zero_shot_better else ""
+    console.print(f"{style}the synthetic set is {check.reading()}", highlight=False)
 
 
 def _print_summary(manifest: Manifest, out: Path, chatter: Path | None = None) -> None:
@@ -352,13 +364,14 @@ def _print_summary(manifest: Manifest, out: Path, chatter: Path | None = None) -
         table.add_row(str(record.round), *cells)
     console.print(table)
     privacy = manifest.privacy
-    ledger = privacy["ledger"]
     console.print(
-        f"privacy: {privacy['guarantee']}; epsilon spent {ledger['epsilon_spent']:.3f} of "
-        f"{ledger['epsilon_budget']:g}, sigma {_distinct(ledger['sigmas'])}, "
-        f"sensitivity {_distinct(ledger['sensitivity'])}, {ledger['compositions']} releases",
+        f"privacy: {privacy.guarantee}; epsilon spent {privacy.epsilon_spent:.3f} of "
+        f"{privacy.epsilon_budget:g}, sigma {_distinct(privacy.sigmas)}, "
+        f"sensitivity {_distinct(privacy.sensitivities)}, {privacy.compositions} releases",
         highlight=False,
     )
+    if (check := privacy.utility_check) is not None:
+        print_utility_check(check)
     print_work(manifest.work, console)
     # A round's missing samples are asked again in the next: the last round's figure is the run's.
     missing = manifest.rounds[-1].missing if manifest.rounds else 0

@@ -89,7 +89,7 @@ def hotpate(
 
 
 #: The run settings that decide sigma (``wasp-vllm privacy``: generate's options and defaults).
-PRIVACY_SETTINGS = ("epsilon", "delta", "rounds", "q", "max_records_per_user")
+PRIVACY_SETTINGS = ("epsilon", "delta", "rounds", "q", "max_records_per_user", "utility_check_share")
 
 
 @app.command()
@@ -98,7 +98,7 @@ def privacy(settings: dict[str, Any]) -> None:
     """Print the noise scale sigma under both accountants for these settings."""
     with friendly_errors():
         from wasp_vllm.privacy.accountant import PrivacyUnit
-        from wasp_vllm.privacy.plan import plan_privacy, released_histograms
+        from wasp_vllm.privacy.plan import VoteShape, plan_privacy, released_histograms
 
         cfg = build_settings(RunConfig, settings)
         epsilon, delta, rounds, q = cfg.epsilon, cfg.delta, cfg.rounds, cfg.q
@@ -112,7 +112,7 @@ def privacy(settings: dict[str, Any]) -> None:
                                             ("exact", "replace", 2), ("exact", "add_remove", 1),
                                             ("exact", "replace", 1)):  # fmt: skip
             unit = PrivacyUnit(neighbour, per_unit)
-            plan = plan_privacy(epsilon, delta, rounds, q, mode, unit, histograms=histograms)
+            plan = plan_privacy(epsilon, delta, rounds, q, mode, unit, votes=VoteShape(histograms))
             sigma = "-" if plan.sigma is None else f"{plan.sigma:.3f}"
             released, spent = released_histograms(histograms), f"{plan.epsilon_exact_spent:.3f}"
             table.add_row(mode, neighbour, released, f"{plan.sensitivity:.4f}", sigma, spent)
@@ -133,6 +133,13 @@ def _print_run_sigma(cfg: RunConfig) -> None:
         f"{plan.neighbour} ({why}), {plan.histograms} histogram(s) per vote",
         highlight=False,
     )
+    if plan.utility_sigma is not None:
+        Console().print(
+            f"its utility check (--utility-check-share {cfg.utility_check_share:g}) adds sigma "
+            f"{plan.utility_sigma:.3f} to each cell of its confusion matrices (sensitivity "
+            f"{plan.utility_sensitivity:.3f}); the votes take the rest of the budget",
+            highlight=False,
+        )
     if warning := large_epsilon(cfg.epsilon):
         console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
 

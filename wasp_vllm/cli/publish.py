@@ -12,6 +12,7 @@ from wasp_vllm.cli.app import app, console, friendly_errors, setup_logging
 from wasp_vllm.cli.options import settings_command
 from wasp_vllm.config import build_settings
 from wasp_vllm.config.checks import check_writable_folder
+from wasp_vllm.privacy.report import PrivacyReport
 from wasp_vllm.publish.settings import PublishSettings
 
 
@@ -43,7 +44,8 @@ def publish(
             license=chosen.license,
         )  # fmt: skip
         console.print(f"published {', '.join(p.name for p in files)} to {dest}", highlight=False)
-        if json.loads((dest / "manifest.json").read_text())["privacy"].get("epsilon_void"):
+        published = json.loads((dest / "manifest.json").read_text())["privacy"]
+        if PrivacyReport.from_json(published).epsilon_void:
             console.print(
                 "[bold yellow]warning:[/] this data set carries no privacy guarantee", highlight=False
             )

@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import field_validator
 
+from wasp_vllm.config.choices import AccountantMode, Neighbour
 from wasp_vllm.config.fields import Role, setting
-from wasp_vllm.privacy.accountant import AccountantMode, Neighbour
 from wasp_vllm.strategies import STRATEGIES, get_strategy
 
 # Help panels of `wasp-vllm generate --help`, in the order a newcomer reads them.
@@ -103,6 +103,12 @@ class PrivacySettings(Role):
     label_prior_share: float = setting(
         0.1, "Share of the privacy budget (in GDP mu^2) spent on the label histogram.", gt=0, lt=1
     )
+    utility_check_share: float = setting(
+        0.0, "Share of the privacy budget (in GDP mu^2) spent on the utility check: after the last round, "
+        "how well a task model trained on the synthetic set (and one on round 0's zero-shot samples) "
+        "labels the private records, from noisy confusion matrices (docs/first-run.md). 0: no check.",
+        ge=0, lt=1,
+    )  # fmt: skip
 
     @property
     def records_per_unit(self) -> int:

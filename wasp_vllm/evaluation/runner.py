@@ -7,7 +7,6 @@ used for training, but never logged or returned: results hold counts and scores 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from wasp_vllm.evaluation.classifier import (
 )
 from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
+from wasp_vllm.evaluation.reference import check_declared_public
 from wasp_vllm.evaluation.results import LabelAgreement, OperatorFigures, SyntheticCounts, SyntheticScores
 from wasp_vllm.evaluation.settings import EvalSettings
 
@@ -184,9 +184,9 @@ def evaluate_synthetic(
     from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
 
-    if settings.reference is not None and settings.reference_public:  # before any work: the user's mistake
-        _check_declared_public(settings.reference, settings.private, Path(synthetic_path))
     task = get_task(settings.task)
+    if settings.reference is not None and settings.reference_public:  # before any work: the user's mistake
+        check_declared_public(settings, task, Path(synthetic_path))
     synth = read_synthetic(synthetic_path, task)
     if not synth.texts:
         raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")
@@ -244,60 +244,6 @@ def _against_real_records(
     if not fid_figures and agreement is None:
         return None, None
     return None, OperatorFigures(**fid_figures, label_agreement=agreement)
-
-
-def _check_declared_public(reference: str, private: str | None, synthetic: Path) -> None:
-    """Refuse a reference declared public that is, or overlaps, the private set passed alongside or
-    the private data of the run that wrote the synthetic file (as its manifest names it): its label
-    agreement, an un-noised statistic of the reference, would otherwise be published."""
-    if private is not None and _overlap(reference, private):
-        raise EvaluationError(
-            f"the reference {reference!r} overlaps the private set {private!r}: it cannot be declared "
-            "public (drop --reference-public, or use a reference without private records)"
-        )
-    run_source = _run_private_source(synthetic)
-    if run_source is None and private is None:
-        raise EvaluationError(
-            f"--reference-public: no manifest.json beside {synthetic} says which private data the run "
-            "read; pass that data with --private so the reference can be checked against it"
-        )
-    if run_source is not None and _overlaps_run_source(reference, run_source):
-        raise EvaluationError(
-            f"the reference {reference!r} overlaps the private data of the run that wrote {synthetic}: "
-            "it cannot be declared public (drop --reference-public, or use a reference without private "
-            "records)"
-        )
-
-
-def _run_private_source(synthetic: Path) -> str | None:
-    """The private data of the run that wrote ``synthetic``, as its manifest names it (a built-in
-    set's name or a file's keyed fingerprint); None without a readable manifest."""
-    try:
-        source = json.loads((synthetic.parent / "manifest.json").read_text())["config"]["private"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return source if isinstance(source, str) else None
-
-
-def _overlaps_run_source(reference: str, run_source: str) -> bool:
-    """A file matches the run's keyed fingerprint of its path; a built-in set, by its splits."""
-    from wasp_vllm.pipeline.manifest import published_source
-
-    if run_source.startswith("hmac-sha256:"):
-        return published_source(reference) == run_source
-    return _overlap(reference, run_source)
-
-
-def _overlap(a: str, b: str) -> bool:
-    """Whether two sources may share records: the same file, or overlapping splits of one built-in
-    set (a plain name reads its ``fit`` split, as :func:`~wasp_vllm.data.records.load_private` does)."""
-    if Path(a).exists() and Path(b).exists():
-        return Path(a).resolve() == Path(b).resolve()
-    (name_a, _, split_a), (name_b, _, split_b) = a.partition(":"), b.partition(":")
-    if name_a != name_b:
-        return False
-    splits = {split_a or "fit", split_b or "fit"}
-    return len(splits) == 1 or ("train" in splits and "test" not in splits)  # train = fit + validation
 
 
 def _describe_synthetic(synth: SyntheticSet, label_names: list[str]) -> SyntheticCounts:

@@ -48,7 +48,14 @@ import pyarrow.parquet as pq
 
 from wasp_vllm.ops.canary_words import MIN_SEPARATION, SeparatedWords, made_up_word
 from wasp_vllm.pipeline.store import write_json
-from wasp_vllm.privacy.audit import best_possible_bound, canaries_to_refute, one_run_epsilon_lower_bound
+from wasp_vllm.privacy.audit import (
+    best_possible_bound,
+    canaries_to_refute,
+    fewest_echoes_to_refute,
+    one_run_epsilon_lower_bound,
+    realised_ceiling,
+)
+from wasp_vllm.privacy.report import PrivacyReport
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +111,11 @@ class CanaryAudit:
     out: str
     #: The most this design could prove (a perfect attack): above the claim, or the audit is weak.
     epsilon_best_possible: float = math.inf
+    #: The canaries the coins put in, and the most this run could prove with them (a perfect attack).
+    included: int = 0
+    epsilon_ceiling: float = math.inf
+    #: The fewest canaries put in that had to echo, none of the others by chance, to refute the claim.
+    echoes_needed: int | None = None
 
     @property
     def refutes_claim(self) -> bool:
@@ -111,27 +123,37 @@ class CanaryAudit:
 
     @property
     def could_refute(self) -> bool:
-        return self.epsilon_best_possible > self.epsilon_claimed
+        """Whether this run, with the coins it drew, could have refuted the claim at all."""
+        return self.epsilon_ceiling > self.epsilon_claimed
 
     def statement(self) -> str:
-        """What the figures show and what they do not, in plain words."""
+        """What the figures show and what they do not, in plain words (for the operator, who holds
+        the coins: it says how many canaries they put in)."""
         head = (
             f"claimed epsilon {self.epsilon_claimed:.3g} (delta {self.delta:.3g}); audited lower bound "
             f"{self.epsilon_lower_bound:.3g} at {self.confidence:.0%} confidence "
-            f"({self.correct} of {self.guesses} membership guesses right, {self.canaries} canaries; "
-            f"a perfect attack, with half of them in as expected, proves {self.epsilon_best_possible:.3g})."
+            f"({self.correct} of {self.guesses} membership guesses right; the coins put in {self.included} "
+            f"of {self.canaries} canaries, with which a perfect attack proves at most "
+            f"{self.epsilon_ceiling:.3g})."
         )
         if self.refutes_claim:
             return head + " The run leaks more than it claims: its guarantee is false. Do not publish it."
-        if not self.could_refute:
+        if self.epsilon_best_possible <= self.epsilon_claimed:
             return head + (
                 " WEAK AUDIT: even a perfect attack could not have refuted the claim with these canaries, "
                 "so this shows nothing about it; use more canaries (the default count for this epsilon)."
             )
+        if not self.could_refute:
+            return head + (
+                " WEAK RUN: with these coins even a perfect attack could not have refuted the claim, so "
+                "this run shows nothing about it; audit again (new coins), or with more canaries."
+            )
         return head + (
-            " This does not prove the claim: a lower bound from one run and a text-only attack shows how "
-            "much leakage this attack could prove, not the most a worst-case attacker could get. It would "
-            "have caught a leak that makes the canaries' membership visible in the published text."
+            f" This does not prove the claim. It would have refuted it only if at least {self.echoes_needed} "
+            f"of the {self.included} canaries put in had echoed in the published text and none of the "
+            f"{self.canaries - self.included} left out had (each chance echo raises that count): it shows "
+            "that this text-only attack found no leak that visible, not that a worst-case attacker "
+            "could not do better."
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -241,18 +263,20 @@ def score_run(
 ) -> CanaryAudit:
     """The attack on the run's published files only, and the one-run bound."""
     out_guesses, confidence = design.out_guesses, design.confidence
-    manifest = json.loads((out / "manifest.json").read_text())
+    privacy = PrivacyReport.from_json(json.loads((out / "manifest.json").read_text())["privacy"])
     texts = pq.read_table(out / "synthetic.parquet", columns=["text"]).column("text").to_pylist()
     scores = echo_scores(canaries, texts)
     guess = guess_membership(scores, min(out_guesses, int((scores < MIN_ECHO).sum())))
     truth = np.where(included, 1, -1)
     correct = int(np.sum((guess != 0) & (guess == truth)))
-    ledger = manifest["privacy"]["ledger"]
-    claimed, delta = float(ledger["epsilon_spent_exact"]), float(ledger["delta"])
-    guesses = int(np.count_nonzero(guess))
-    bound = one_run_epsilon_lower_bound(len(canaries), guesses, correct, delta, confidence)
-    best = design.best_bound(len(canaries), delta)
-    return CanaryAudit(claimed, delta, bound, confidence, len(canaries), guesses, correct, str(out), best)
+    claimed, delta = privacy.epsilon_spent, privacy.delta
+    guesses, m, k = int(np.count_nonzero(guess)), len(canaries), int(np.count_nonzero(included))
+    bound = one_run_epsilon_lower_bound(m, guesses, correct, delta, confidence)
+    return CanaryAudit(
+        claimed, delta, bound, confidence, m, guesses, correct, str(out), design.best_bound(m, delta), k,
+        realised_ceiling(m, k, delta, confidence, out_guesses),
+        fewest_echoes_to_refute(m, k, claimed, delta, confidence),
+    )  # fmt: skip
 
 
 def record_coins(out: Path, canaries: Sequence[Canary], included: np.ndarray) -> None:
@@ -280,6 +304,7 @@ def audit(
     files and bound epsilon from below (module docstring).  Refuses (ConfigError) a design that
     cannot refute the claimed epsilon, unless ``allow_weak``."""
     from wasp_vllm.api import generate, run_config
+    from wasp_vllm.pipeline import Collaborators
     from wasp_vllm.tasks import get_task
 
     cfg = run_config(private, config, settings)
@@ -294,8 +319,8 @@ def audit(
     if cfg.private_limit is not None:  # room for every canary: the draw then keeps every row
         own["private_limit"] = cfg.private_limit + canaries
     # The audit's run is not the user's: nothing of it reaches a later run's plan.
-    generate(data, out=out, overwrite=overwrite, backends=backends, progress=progress,
-             record_throughput=False, **own)  # fmt: skip
+    generate(data, out=out, overwrite=overwrite, progress=progress,
+             collaborators=Collaborators(backends=backends, record_throughput=False), **own)  # fmt: skip
     record_coins(Path(out), made, included)
     result = score_run(Path(out), made, included, design)
     write_json(Path(out) / "private" / "audit_result.json", result.to_json())
@@ -336,7 +361,7 @@ def _private_table(private: Any, cfg: Any) -> tuple[pa.Table, dict[str, str | No
     the public seed), and the columns holding text, label and attribute."""
     from wasp_vllm.api import as_table
     from wasp_vllm.config import ConfigError
-    from wasp_vllm.data.sources import source_table
+    from wasp_vllm.data.resolve import source_table
 
     table = as_table(private)
     columns: dict[str, str | None] = {

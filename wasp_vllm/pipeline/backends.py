@@ -1,4 +1,5 @@
-"""The real backends of a run: one engine per PLM and the sentence embedder.
+"""The real backends of a run (one engine per PLM and the sentence embedder), and what else a run
+may be handed beside its settings (:class:`Collaborators`).
 
 :class:`~wasp_vllm.pipeline.Run` takes its backends as arguments; :func:`default_backends` is the
 one place the command line and the Python API get the real ones (tests of those entry points
@@ -17,6 +18,7 @@ from wasp_vllm.config import RunConfig
 from wasp_vllm.engines import Engine, make_engine
 from wasp_vllm.engines.options import EngineOptions
 from wasp_vllm.pipeline.loop import EngineFactory
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy
 
 
 def default_engine_factory(name: str, cfg: RunConfig) -> Engine:
@@ -56,6 +58,23 @@ class LazyEmbedder:
 class Backends:
     engine_factory: EngineFactory
     embedder: Any
+
+
+@dataclass(frozen=True)
+class Collaborators:
+    """What ``wasp_vllm.generate`` may be handed beside the run's settings, as the benchmark
+    harness, the audit and tests do (a user's run needs none of it).
+
+    ``backends``: engines and embedder in place of the real ones (None: :func:`default_backends`).
+    ``policy``: a round policy in place of the paper's (:mod:`wasp_vllm.pipeline.policy`; never a
+    setting: a variant becomes an option only once the adoption rule takes it).
+    ``record_throughput``: whether the run's round-0 speed is kept for later plans (an audit's run
+    keeps nothing; a ``--noise-seed`` run never does).
+    """
+
+    backends: Backends | None = None
+    policy: RoundPolicy = DEFAULT_POLICY
+    record_throughput: bool = True
 
 
 def default_backends(cfg: RunConfig) -> Backends:

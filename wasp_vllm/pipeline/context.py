@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,11 +19,13 @@ from wasp_vllm.data.records import (
     table_to_set,
     with_parties,
 )
-from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy, planned_votes
+from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy, check_policy
 from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import PrivacyUnit
-from wasp_vllm.privacy.plan import PrivacyPlan, plan_privacy
+from wasp_vllm.privacy.plan import BudgetShares, PrivacyPlan, VoteShape, plan_privacy
+from wasp_vllm.privacy.report import Neighbourhood
 from wasp_vllm.privacy.sampling import voting_neighbour
+from wasp_vllm.privacy.secrets import RecordKeys, owner_key
 from wasp_vllm.strategies import Strategy, get_strategy
 from wasp_vllm.tasks import TaskSpec, get_task
 
@@ -38,8 +39,10 @@ class RunContext:
     task: TaskSpec
     private: PrivateSet
     plan: PrivacyPlan
-    #: What each round does with its noisy votes; ``plan`` is made for the votes it makes.
+    #: What each round does with its noisy votes; ``plan`` is made for the votes it asks for.
     policy: RoundPolicy = DEFAULT_POLICY
+    #: Keyed hashes of every text of the private data passed (before any draw): the operator's.
+    record_keys: RecordKeys | None = None
 
 
 def prepare(
@@ -55,10 +58,11 @@ def prepare(
     ``cfg.private``.  ``check_models`` also resolves every PLM and the embedder (loading none), so
     that a wrong name fails before any engine starts; callers with their own engines skip it.
     ``policy``: the round policy the run will follow (the benchmark harness's experiments); the
-    plan's sigma is made for the votes it makes (:func:`wasp_vllm.pipeline.policy.planned_votes`).
+    plan's schedule and sigma are made for the votes it asks for (:meth:`RoundPolicy.vote_request`).
     The settings are checked first (:func:`check_run`, the dry run's check too), before any
     private record is read.
     """
+    check_policy(policy)
     task = check_run(cfg, private_given=private_table is not None)
     strategy = get_strategy(cfg.strategy).for_run(cfg.later_prompt)
     columns = Columns(cfg.text_col, cfg.label_col, cfg.attribute_col, cfg.user_col)
@@ -66,6 +70,7 @@ def prepare(
         private = table_to_set(private_table, task, "the private data", columns)
     else:
         private = load_private(cfg.private, task, columns, seed=cfg.seed)
+    keys = RecordKeys.of(private.texts, owner_key())  # every record of the data, drawn or not
     if cfg.parties is not None:
         private = with_parties(private, cfg.parties, cfg.dirichlet, cfg.seed)
     cap = cfg.max_records_per_user if cfg.privacy_unit == "user" else None
@@ -74,7 +79,7 @@ def prepare(
     private = draw_records(private, cfg.private_limit, cfg.seed, cap)
     if check_models:
         check_run_models(cfg, dequantize=True)
-    return RunContext(cfg, strategy, task, private, privacy_plan(cfg, policy), policy)
+    return RunContext(cfg, strategy, task, private, privacy_plan(cfg, policy), policy, keys)
 
 
 def check_run(cfg: RunConfig, *, private_given: bool = False) -> TaskSpec:
@@ -123,45 +128,56 @@ def votes(cfg: RunConfig) -> bool:
 
 def privacy_plan(cfg: RunConfig, policy: RoundPolicy = DEFAULT_POLICY) -> PrivacyPlan:
     """Sigma for the records that vote: a ``--m`` draw makes their relation *replace*, a user cap
-    multiplies the sensitivity by ``k`` (see :mod:`wasp_vllm.privacy.sampling`). The whole budget
-    goes to the votes ``policy`` makes (the paper's: one after every round but the last)."""
-    privacy = cfg.privacy
+    multiplies the sensitivity by ``k`` (see :mod:`wasp_vllm.privacy.sampling`). The plan decides
+    the vote schedule, the one ``policy`` asks for or the paper's (after every round but the last),
+    and the whole budget goes to those votes."""
+    privacy, rounds = cfg.privacy, cfg.rounds if votes(cfg) else 1
+    shape = VoteShape(
+        histograms=2 if cfg.far_votes == "on" else 1,
+        after=policy.vote_request(cfg.rounds) if votes(cfg) else None,
+    )
+    try:
+        shape.schedule(rounds)
+    except ValueError as exc:
+        raise ConfigError(f"round policy {policy.name!r} asks for {exc}") from None
     return plan_privacy(
         privacy.epsilon,
         privacy.delta,
-        cfg.rounds if votes(cfg) else 1,
+        rounds,
         get_strategy(cfg.strategy).q(cfg.q),
         mode=privacy.accountant,
         unit=PrivacyUnit(
             voting_neighbour(privacy.neighbour, selected=cfg.private_limit is not None),
             privacy.records_per_unit,
         ),
-        prior_share=privacy.label_prior_share if cfg.label_prior == "private" else 0.0,
-        histograms=2 if cfg.far_votes == "on" else 1,
-        releases=planned_votes(policy, cfg.rounds) if votes(cfg) else None,
+        shares=BudgetShares(
+            label_prior=privacy.label_prior_share if cfg.label_prior == "private" else 0.0,
+            utility_check=privacy.utility_check_share if votes(cfg) else 0.0,
+        ),
+        votes=shape,
     )
 
 
-def neighbourhood(cfg: RunConfig) -> dict[str, Any]:
+def neighbourhood(cfg: RunConfig) -> Neighbourhood:
     """What the guarantee is about, in words and numbers (all public settings)."""
     unit = "user" if cfg.privacy_unit == "user" else "record"
     selected = cfg.private_limit is not None
-    return {
-        "unit": unit,
-        "input_file": f"{cfg.neighbour}: one {unit} of the file passed with --private",
-        "max_records_per_unit": cfg.privacy.records_per_unit,
-        "bounding": "each user keeps at most k records, chosen by a keyed hash among its own records"
+    return Neighbourhood(
+        unit=unit,
+        input_file=f"{cfg.neighbour}: one {unit} of the file passed with --private",
+        max_records_per_unit=cfg.privacy.records_per_unit,
+        bounding="each user keeps at most k records, chosen by a keyed hash among its own records"
         if unit == "user"
         else None,
-        "selection": f"the M={cfg.private_limit} records of smallest keyed hash (public seed)"
+        selection=f"the M={cfg.private_limit} records of smallest keyed hash (public seed)"
         if selected
         else "every record of the file",
-        "voting_set": voting_neighbour(cfg.neighbour, selected).value,
-        "why": "a draw of M by keyed hash turns one unit more or less in the file into at most k "
+        voting_set=voting_neighbour(cfg.neighbour, selected).value,
+        why="a draw of M by keyed hash turns one unit more or less in the file into at most k "
         "records swapped among those that vote"
         if selected
         else "the records that vote are the file's records",
-    }
+    )
 
 
 def _size_problems(cfg: RunConfig, task: TaskSpec) -> list[str]:
@@ -220,7 +236,8 @@ def _private_problem(cfg: RunConfig, private_given: bool) -> str | None:
     """A --private file of a type we do not read (by its name), or a built-in data set used for a
     task it does not belong to: the records the user meant are their own file, which --private must
     name (the default 'drugs' serves the drugs task only)."""
-    from wasp_vllm.data.sources import DataError, builtin_name, table_format
+    from wasp_vllm.data.resolve import builtin_name
+    from wasp_vllm.data.sources import DataError, table_format
     from wasp_vllm.tasks.loader import looks_like_task_file
 
     if private_given:
@@ -243,7 +260,8 @@ def _private_problem(cfg: RunConfig, private_given: bool) -> str | None:
 def private_file_missing(cfg: RunConfig) -> str | None:
     """Why --private names no file here (from the file system: nothing is opened), or None. Not a
     check of the settings: a plan may be made where the data is not."""
-    from wasp_vllm.data.sources import builtin_name, missing_file
+    from wasp_vllm.data.resolve import builtin_name
+    from wasp_vllm.data.sources import missing_file
 
     return None if builtin_name(cfg.private) is not None else missing_file(Path(cfg.private))
 

@@ -25,10 +25,9 @@ from wasp_vllm.engines.presets import PACKAGED, PRESETS
 from wasp_vllm.engines.registry import ModelError, cache_dir, parse_plm, resolve_plm
 from wasp_vllm.pipeline import throughput
 from wasp_vllm.pipeline.context import neighbourhood, per_round_totals, privacy_plan
-from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy
 from wasp_vllm.pipeline.selection import allocate_quotas
 from wasp_vllm.privacy.accountant import EXACT
-from wasp_vllm.privacy.plan import PrivacyPlan, released_histograms
+from wasp_vllm.privacy.plan import LABEL_PRIOR, UTILITY_CHECK, PrivacyPlan, released_histograms
 from wasp_vllm.strategies import get_strategy
 from wasp_vllm.tasks import get_task
 
@@ -112,11 +111,12 @@ def device_here() -> str:
     return "gpu" if nvidia_gpus() else "cpu"
 
 
-def plan_run(cfg: RunConfig, policy: RoundPolicy = DEFAULT_POLICY) -> RunPlan:
-    """The plan of a run with these settings (reads no private data, loads no model); its votes are
-    those ``policy`` makes (the benchmark harness's experiments may make fewer than the paper's)."""
+def plan_run(cfg: RunConfig, privacy: PrivacyPlan | None = None) -> RunPlan:
+    """The plan of a run with these settings (reads no private data, loads no model). ``privacy``:
+    the run's privacy plan where it is already made (a run's context holds it: sigma is
+    calibrated once per run), else the paper's policy's, made here."""
     task, device = get_task(cfg.task), device_here()
-    privacy = privacy_plan(cfg, policy)  # made once: the releases and the epsilon both read it
+    privacy = privacy or privacy_plan(cfg)
     quotas, final = planned_quotas(cfg)
     cap = cfg.max_new_tokens or task.max_new_tokens
     engines = [_engine_estimate(spec, cfg, device, sum(q[spec] for q in quotas), cap) for spec in cfg.plms]
@@ -151,22 +151,21 @@ def _guarantee(cfg: RunConfig) -> str:
     where = neighbourhood(cfg)
     change = "added or removed" if cfg.neighbour == "add_remove" else "changed"
     return (
-        f"({cfg.epsilon:g}, {cfg.delta:g})-DP for one {where['unit']} {change} in the file passed with "
-        f"--private; the records that vote: {where['selection']}"
+        f"({cfg.epsilon:g}, {cfg.delta:g})-DP for one {where.unit} {change} in the file passed with "
+        f"--private; the records that vote: {where.selection}"
     )
 
 
 def _releases(plan: PrivacyPlan, delta: float) -> list[Release]:
+    """Each kind of release the plan pays for, in the order the run makes them."""
+    names = {LABEL_PRIOR: "label histogram", "votes": f"votes ({released_histograms(plan.histograms)})",
+             UTILITY_CHECK: "utility check (noisy confusion matrices)"}  # fmt: skip
     out = []
-    if plan.prior_sigma is not None:
-        prior = plan.prior_release()
-        out.append(Release("label histogram", 1, prior.sigma, prior.sensitivity,
-                           round(EXACT.epsilon([prior], delta), 4)))  # fmt: skip
-    if plan.sigma is not None and plan.compositions:
-        votes = [plan.release(t) for t in range(plan.compositions)]
-        what = f"votes ({released_histograms(plan.histograms)})"
-        out.append(Release(what, plan.compositions, plan.sigma, plan.sensitivity,
-                           round(EXACT.epsilon(votes, delta), 4)))  # fmt: skip
+    for what, name in names.items():
+        group = [r for r in plan.planned_releases() if r.what == what]
+        if group:
+            alone = round(EXACT.epsilon(group, delta), 4)
+            out.append(Release(name, len(group), group[0].sigma, group[0].sensitivity, alone))
     return out
 
 

@@ -26,7 +26,7 @@ from wasp_vllm.pipeline.prompts import (
     request_seed,
 )
 from wasp_vllm.pipeline.selection import allocate_quotas, split_over_labels
-from wasp_vllm.pipeline.state import RunState
+from wasp_vllm.pipeline.state import RoundRecord, RunState
 
 log = logging.getLogger(__name__)
 
@@ -318,3 +318,18 @@ class RoundGeneration:
             with ThreadPoolExecutor(max_workers=len(shares)) as pool:
                 return list(pool.map(work, shares))
         return [work(share) for share in shares]
+
+
+def round_record(
+    t: int, quotas: dict[str, int], weights: tuple[list[float], list[float]], results: dict[str, PLMResult],
+    rows: int,
+) -> RoundRecord:  # fmt: skip
+    """What round ``t`` did, per PLM: ``weights`` before and after it, ``rows`` it wrote in all."""
+    each = results.items()
+    return RoundRecord(
+        t, quotas, *weights, {p: len(r.rows) for p, r in each}, {p: r.shortfall for p, r in each},
+        {p: r.tokens for p, r in each}, {p: round(r.seconds, 3) for p, r in each},
+        {p: r.failures for p, r in each}, sum(quotas.values()) - rows,
+        {p: dict(sorted(r.rejects.items())) for p, r in each}, {p: r.generated for p, r in each},
+        {p: sum(r.row_tokens) for p, r in each},
+    )  # fmt: skip

@@ -26,10 +26,17 @@ from wasp_vllm.engines.embedder import encode_each
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
-from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration
+from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration, round_record
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.manifest import Manifest, build_manifest
-from wasp_vllm.pipeline.policy import DEFAULT_POLICY, VotedSamples, planned_votes
+from wasp_vllm.pipeline.policy import (
+    DEFAULT_POLICY,
+    PolicyContext,
+    Vote,
+    VotedSamples,
+    check_policy,
+    policy_identity,
+)
 from wasp_vllm.pipeline.prompts import Gate, RoundInputs, normalize_text
 from wasp_vllm.pipeline.selection import label_shares
 from wasp_vllm.pipeline.state import Pools, RoundRecord, RunState
@@ -43,6 +50,7 @@ from wasp_vllm.pipeline.store import (
     write_parquet,
     write_text,
 )
+from wasp_vllm.pipeline.utility_check import checked_classifiers
 from wasp_vllm.privacy.clock import private_work
 from wasp_vllm.privacy.mechanisms import Voters, VotingMechanism, open_voting, release_label_histogram
 from wasp_vllm.privacy.secrets import RunSecret
@@ -52,21 +60,6 @@ log = logging.getLogger(__name__)
 
 #: ``engine_factory(plm_spec, cfg) -> Engine``: how the run gets one engine per PLM.
 EngineFactory = Callable[[str, Any], Engine]
-
-
-def check_planned_votes(ctx: RunContext) -> None:
-    """A run votes exactly as often as its privacy plan counted: fewer would leave budget unspent
-    (too much noise), more would be refused by the ledger mid-run. ``prepare`` makes the plan for
-    its policy; this catches a context whose policy was swapped afterwards."""
-    if ctx.plan.sigma is None or not ctx.strategy.votes:
-        return
-    votes = planned_votes(ctx.policy, ctx.cfg.rounds)
-    if votes != ctx.plan.compositions:
-        raise ConfigError(
-            f"round policy {ctx.policy.name!r} votes {votes} times in {ctx.cfg.rounds} rounds, but "
-            f"the privacy plan is for {ctx.plan.compositions}: make the context with "
-            "prepare(cfg, policy=...)"
-        )
 
 
 class Run:
@@ -81,7 +74,7 @@ class Run:
     def __init__(self, ctx: RunContext, out: Any, *, engine_factory: EngineFactory, embedder: Any,
                  progress: Any = None, estimate: RunPlan | None = None) -> None:  # fmt: skip
         self.ctx, self.cfg, self.strategy, self.policy = ctx, ctx.cfg, ctx.strategy, ctx.policy
-        check_planned_votes(ctx)
+        check_policy(self.policy)
         self.store = RunStore(out)
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}
@@ -93,15 +86,37 @@ class Run:
         self.label_check: LabelCheck | None = None  # rejects off-label samples (--label-check drop)
         self.secret: RunSecret | None = None
         self.tables: list[pa.Table] = []
+        self.votes_so_far: list[NoisyVotes] = []  # the run's earlier votes, as its policy sees them
+        self.policy_context = PolicyContext(
+            ctx.task, embedder, tuple(ctx.cfg.plms), ctx.cfg.s, ctx.cfg.rounds, ctx.plan.sigma
+        )
 
     def execute(self, *, resume: bool = False, overwrite: bool = False) -> Manifest:
         with self.store.prepared(resume=resume, overwrite=overwrite):  # the folder is this run's alone
             state = self._load_or_start(resume)
-            if state.completed_rounds < self.cfg.rounds:  # else killed while writing the final file
+            if not self._done(state):  # else killed while writing the final file
                 with self._session(state):
                     for t in range(state.completed_rounds, self.cfg.rounds):
                         self._round(t, state)
+                    if self.ctx.plan.utility_sigma is not None and state.utility_check is None:
+                        self._utility_check(state)
             return self._finish(state)
+
+    def _done(self, state: RunState) -> bool:
+        """Every round committed, and the utility check too where the plan makes one."""
+        checked = self.ctx.plan.utility_sigma is None or state.utility_check is not None
+        return state.completed_rounds >= self.cfg.rounds and checked
+
+    def _utility_check(self, state: RunState) -> None:
+        """After the last round: the noisy confusion matrices of the check's task models on the
+        private records (the only private step here; trained on public samples only)."""
+        assert self.voting is not None, "a plan with a utility check votes"
+        synthetic = pa.concat_tables(self.tables)
+        models = checked_classifiers(synthetic, self.ctx.task, self.embedder, self.cfg.seed)
+        with private_work(self.progress):
+            noisy = self.voting.release_confusions(models, len(self.ctx.task.labels))
+        state.utility_check = noisy.tolist()
+        self._timed("io", self.store.save_state, state)
 
     def _round(self, t: int, state: RunState) -> None:
         """One round of Algorithm 1."""
@@ -112,23 +127,17 @@ class Run:
         results = self._timed("generation", self.generation.run, self._inputs(t, state), quotas, state)
         new = self._embed(results)
         votes, voted = None, None
-        # The last round's samples get no vote; a policy may vote after fewer rounds.
-        last = t == self.cfg.rounds - 1
-        if self.voting is not None and not last and self.policy.votes_after(t, self.cfg.rounds):
+        # The plan's schedule: never after the last round; a policy may have asked for fewer votes.
+        if self.voting is not None and self.ctx.plan.votes_after(t):
             voted = pa.concat_tables([*self.tables, new])  # D so far: voting, selection, the votes file
             if voted.num_rows:  # (none yet where every sample so far was turned down: no vote, no cost)
                 votes = self._release(t, voted)
-                self._post_process(votes, voted, state)
+                self._post_process(t, votes, voted, state)
             else:
                 voted = None
-        self._commit(t, new, votes, voted, state, RoundRecord(
-            t, dict(zip(self.cfg.plms, quotas.tolist(), strict=True)), weights_before, list(state.weights),
-            {p: len(r.rows) for p, r in results.items()}, {p: r.shortfall for p, r in results.items()},
-            {p: r.tokens for p, r in results.items()}, {p: round(r.seconds, 3) for p, r in results.items()},
-            {p: r.failures for p, r in results.items()}, int(quotas.sum()) - new.num_rows,
-            {p: dict(sorted(r.rejects.items())) for p, r in results.items()},
-            {p: r.generated for p, r in results.items()}, {p: sum(r.row_tokens) for p, r in results.items()},
-        ))  # fmt: skip
+        quotas_of = dict(zip(self.cfg.plms, quotas.tolist(), strict=True))
+        record = round_record(t, quotas_of, (weights_before, list(state.weights)), results, new.num_rows)
+        self._commit(t, new, votes, voted, state, record)
 
     # -- the steps -------------------------------------------------------------------------
 
@@ -153,8 +162,8 @@ class Run:
         """The policy's own check of a sample; None for the paper's, which keeps every sample."""
         if self.policy is DEFAULT_POLICY:
             return None
-        policy = self.policy
-        return lambda text, slot: policy.reject(text, slot.label, slot.prompt)
+        policy, context = self.policy, self.policy_context
+        return lambda text, slot: policy.reject(context, text, slot)
 
     def _embed(self, results: dict[str, PLMResult]) -> pa.Table:
         rows = [r for res in results.values() for r in res.rows]
@@ -192,32 +201,22 @@ class Run:
         )
         return votes
 
-    def _post_process(self, votes: NoisyVotes, synth: pa.Table, state: RunState) -> None:
+    def _post_process(self, t: int, votes: NoisyVotes, synth: pa.Table, state: RunState) -> None:
         """Next round's pools and PLM weights from the noisy votes (public post-processing, by the
         run's policy)."""
-        samples = self._samples(synth)
-        chosen = self.policy.pools(votes, samples, self.cfg.s)
+        samples = VotedSamples.of(synth, self.ctx.task.labels, self.cfg.plms)
+        vote = Vote(t, votes, samples, tuple(self.votes_so_far))
+        self.votes_so_far.append(votes)
+        chosen = self.policy.pools(self.policy_context, vote)
         labels_of = self.ctx.task.labels
         state.pools = Pools(
             good={labels_of[c]: [samples.texts[i] for i in rows] for c, rows in chosen.good.items()},
             bad={labels_of[c]: [samples.texts[i] for i in rows] for c, rows in chosen.bad.items()},
         )
         if self.strategy.reweights:
-            state.weights = self.policy.plm_weights(votes, samples, np.asarray(state.weights)).tolist()
+            previous = np.asarray(state.weights)
+            state.weights = self.policy.plm_weights(self.policy_context, vote, previous).tolist()
             state.renormalise()  # a dropped PLM's old samples still get votes
-
-    def _samples(self, synth: pa.Table) -> VotedSamples:
-        """The public side of a vote: the samples it ranked, as the policy sees them."""
-        labels, plms = self.ctx.task.labels, self.cfg.plms
-        return VotedSamples(
-            texts=synth.column("text").to_pylist(),
-            labels=np.array([labels.index(x) for x in synth.column("label").to_pylist()], dtype=np.int64),
-            plms=np.array([plms.index(p) for p in synth.column("plm").to_pylist()], dtype=np.int64),
-            embeddings=stored_embeddings(synth),
-            rounds=synth.column("round").to_numpy(),
-            n_labels=len(labels),
-            n_plms=len(plms),
-        )
 
     def _commit(
         self,
@@ -236,6 +235,8 @@ class Run:
             )
         for path, table in written.items():  # the state, saved last, commits them
             state.checksums[path.name] = self._timed("io", write_parquet, path, table)
+        if t == 0 and self.ctx.record_keys is not None:  # with the run's first checkpoint
+            self._timed("io", self.store.save_record_keys, self.ctx.record_keys)
         state.rounds.append(record)
         state.timings = dict(self.timings)
         self._timed("io", self.store.save_state, state)
@@ -253,13 +254,14 @@ class Run:
             raise ConfigError("--resume with different settings than the run in --out; use the same ones")
         if state is not None and state.data_fingerprint != self.ctx.private.fingerprint():
             raise ConfigError("--resume with different private data than the run in --out")
-        if state is not None and state.policy != self.policy.name:
+        if state is not None and state.policy != policy_identity(self.policy):
             raise ConfigError(
-                f"--resume with round policy {self.policy.name!r}; the run in --out used {state.policy!r}"
+                f"--resume with round policy {policy_identity(self.policy)}; the run in --out used "
+                f"{state.policy}"
             )
         # A run whose rounds are all committed only writes its files again from the checkpoints:
         # it needs no noise, and its key is gone once it has finished (see _finish).
-        finished = state is not None and state.completed_rounds >= self.cfg.rounds
+        finished = state is not None and self._done(state)
         secret = None if finished else self._secret(create=state is None or state.noise_key_check is None)
         if state is None:
             state = RunState(
@@ -272,7 +274,7 @@ class Run:
                 weights=[1.0 / len(self.cfg.plms)] * len(self.cfg.plms),
                 ledger=self.ctx.plan.open_ledger(),
                 active=list(self.cfg.plms),
-                policy=self.policy.name,
+                policy=policy_identity(self.policy),
             )
         elif not finished and state.noise_key_check not in (None, secret.check_value() if secret else None):
             raise CheckpointError(
@@ -283,6 +285,9 @@ class Run:
         self.secret = secret
         self.timings.update(state.timings)
         self.tables = [self.store.read_round(t) for t in range(state.completed_rounds)]
+        sigma, q = self.ctx.plan.sigma or 0.0, self.strategy.q(self.cfg.q)
+        voted = [t for t in range(state.completed_rounds) if self.store.votes_path(t).name in state.checksums]
+        self.votes_so_far = [self.store.read_votes(t, sigma, q) for t in voted]
         return state
 
     def _secret(self, *, create: bool) -> RunSecret | None:

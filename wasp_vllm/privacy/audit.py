@@ -239,3 +239,32 @@ def canaries_to_refute(
         mid = (low + high) // 2
         low, high = (low, mid) if refutes(mid) else (mid, high)
     return high
+
+
+def realised_ceiling(
+    canaries: int, included: int, delta: float, confidence: float = 0.95, out_guesses: int = 0
+) -> float:
+    """The most one run proves with the coins it drew (``included`` canaries in): a perfect attack
+    guesses every one of them "in" and ``out_guesses`` others "out", all right.  Before the run,
+    :func:`best_possible_bound` expects half in; after it, the operator (who holds the coins) knows."""
+    guesses = included + min(out_guesses, canaries - included)
+    return one_run_epsilon_lower_bound(canaries, guesses, guesses, delta, confidence)
+
+
+def fewest_echoes_to_refute(
+    canaries: int, included: int, epsilon: float, delta: float, confidence: float = 0.95
+) -> int | None:
+    """The fewest included canaries that must echo, with no left-out canary echoing (every guess
+    right), for the bound to exceed ``epsilon``; None when even all ``included`` cannot.  Each
+    chance echo of a left-out canary is a wrong guess and raises the count."""
+
+    def refutes(right: int) -> bool:
+        return one_run_epsilon_lower_bound(canaries, right, right, delta, confidence) > epsilon
+
+    if not refutes(included):
+        return None
+    low, high = 0, included  # refutes(high); the bound grows with the right guesses: bisect
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if refutes(mid) else (mid, high)
+    return high if not refutes(low) else low

@@ -39,6 +39,11 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 KEY_BYTES = 32
+#: The folder of a run that holds the operator's own files (noise key, checkpoints, record keys):
+#: never published (``pipeline/store.py`` writes it, ``publish`` leaves it out).
+OPERATOR_DIR = "private"
+#: In it, the keyed hashes of the private texts (:class:`RecordKeys`).
+RECORD_KEYS_FILE = "record_keys.json"
 _DOMAIN = b"wasp-vllm/v1/"
 
 
@@ -153,6 +158,58 @@ def keyed_name(name: str, key: bytes) -> str:
     owner sees that two runs name the same file; nobody else learns the path or can test a guess."""
     mac = hmac.new(key, _DOMAIN + b"name/" + name.encode("utf-8"), hashlib.sha256)
     return "hmac-sha256:" + mac.hexdigest()
+
+
+@dataclass(frozen=True)
+class RecordKeys:
+    """Keyed hashes of the texts of a private data set, under the owner key (the operator's, kept in
+    the run's ``private/``): ``evaluate --reference-public`` tells a reference that shares a record
+    with the run's private data, however the file was copied or renamed, and nobody without the
+    key can test a guess of a text.  ``key_id`` names the owner key they were made under."""
+
+    key_id: str
+    keys: frozenset[str]
+
+    @classmethod
+    def of(cls, texts: Sequence[str], key: bytes) -> RecordKeys:
+        return cls(owner_key_id(key), frozenset(text_key(t, key) for t in texts))
+
+    def shared_with(self, texts: Sequence[str], key: bytes) -> int:
+        """How many of ``texts`` are texts of the private data (0: none); ``key`` must be the one
+        the keys were made under (:attr:`key_id`)."""
+        if owner_key_id(key) != self.key_id:
+            raise ValueError("the record keys were made under another owner key")
+        return sum(text_key(t, key) in self.keys for t in texts)
+
+    def to_json(self) -> dict[str, object]:
+        return {"key_id": self.key_id, "keys": sorted(self.keys)}
+
+    @classmethod
+    def of_run(cls, run_dir: Path) -> RecordKeys | None:
+        """The keys a run kept in its operator folder; None where there are none (a published
+        folder, a run from before they were kept) or the file is not one."""
+        try:
+            return cls.from_json(json.loads((run_dir / OPERATOR_DIR / RECORD_KEYS_FILE).read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> RecordKeys:
+        keys = data["keys"]
+        if not isinstance(keys, list):
+            raise ValueError("record keys must be a list")
+        return cls(str(data["key_id"]), frozenset(str(k) for k in keys))
+
+
+def text_key(text: str, key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` of one text, case and spacing folded, 64 bits of it."""
+    folded = " ".join(str(text).casefold().split())
+    return hmac.new(key, _DOMAIN + b"text/" + folded.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
+
+
+def owner_key_id(key: bytes) -> str:
+    """A name for an owner key that reveals nothing of it (to tell keys apart, never to test one)."""
+    return hmac.new(key, _DOMAIN + b"key-id", hashlib.sha256).hexdigest()[:16]
 
 
 def record_uniform(record: bytes, purpose: str, seed: int) -> float:

@@ -21,7 +21,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
-from wasp_vllm.pipeline.store import OPERATOR_DIR, PUBLISHED, sha256_file
+from wasp_vllm.pipeline.store import PUBLISHED, sha256_file
+from wasp_vllm.privacy.report import PrivacyReport
+from wasp_vllm.privacy.secrets import OPERATOR_DIR
 from wasp_vllm.tasks import TaskError, TaskSpec, get_task
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ def read_finished_run(run_dir: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(manifest_path.read_text())
         expected = manifest["output"]["sha256"]
+        PrivacyReport.from_json(manifest["privacy"])  # the card and the void check read it typed
     except (ValueError, KeyError, TypeError):
         raise PublishError(f"{manifest_path} is not a wasp-vllm manifest") from None
     if sha256_file(synthetic) != expected:
@@ -71,7 +74,7 @@ def publish_run(
     ``license`` rewrites the card with another licence (a Hugging Face licence id)."""
     run, target = Path(run_dir), Path(dest)
     manifest = read_finished_run(run)
-    if manifest.get("privacy", {}).get("epsilon_void") and not allow_void_epsilon:
+    if PrivacyReport.from_json(manifest["privacy"]).epsilon_void and not allow_void_epsilon:
         raise PublishError(
             f"{run} has no privacy guarantee: its noise came from a public --noise-seed, so its epsilon "
             "is void. Pass --allow-void-epsilon to publish it anyway (its card says so)"

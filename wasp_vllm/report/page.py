@@ -10,6 +10,7 @@ The PNGs lie beside ``index.html`` and are referenced relatively; the page loads
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
@@ -131,10 +132,10 @@ def _header(view: RunView, title: str) -> str:
 
 
 def _void_banner(view: RunView) -> str:
-    privacy = view.manifest.get("privacy") or {}
-    if not privacy.get("epsilon_void"):
+    privacy = view.privacy
+    if not privacy.epsilon_void:
         return ""
-    why = str(privacy.get("guarantee") or "the noise is not secret").removeprefix("VOID:").strip()
+    why = privacy.guarantee.removeprefix("VOID:").strip()
     return (
         f'<div class="banner void"><strong>ε VOID:</strong> {escape(why)}. '
         "This run carries no privacy guarantee; do not use its output as private data.</div>"
@@ -142,42 +143,39 @@ def _void_banner(view: RunView) -> str:
 
 
 def _privacy_section(view: RunView) -> str:
-    privacy = view.manifest.get("privacy") or {}
-    plan, ledger = privacy.get("plan") or {}, privacy.get("ledger") or {}
-    eps_spent = ledger.get("epsilon_spent")
+    privacy = view.privacy
+    plan, ledger = privacy.plan, privacy.ledger
     # The votes' noise is the plan's; a label-prior histogram has a noise of its own (below).
     headline = {
-        "ε spent": f"{fmt(eps_spent)} of {fmt(plan.get('epsilon'))}",
-        "δ": fmt(ledger.get("delta", plan.get("delta"))),
-        "σ (noise)": fmt(plan.get("sigma", ledger.get("sigma"))),
-        "sensitivity": fmt(plan.get("sensitivity", ledger.get("sensitivity"))),
-        "accountant": str(ledger.get("mode", plan.get("mode", "?"))),
+        "ε spent": f"{fmt(privacy.epsilon_spent)} of {fmt(plan.epsilon)}",
+        "δ": fmt(privacy.delta),
+        "σ (noise)": fmt(plan.sigma),
+        "sensitivity": fmt(plan.sensitivity),
+        "accountant": privacy.accountant,
     }
-    prior = plan.get("prior_sigma")
     details = {
-        "guarantee": privacy.get("guarantee"),
-        "ε spent, exact accountant": fmt(ledger.get("epsilon_spent_exact")),
-        "ε by the paper's formula": fmt(ledger.get("epsilon_spent_paper")),
-        "neighbouring relation": ledger.get("neighbour", plan.get("neighbour")),
-        "compositions (voting rounds)": ledger.get("compositions", plan.get("compositions")),
-        # runs from before far_votes released both histograms
-        "histograms each vote releases": released_histograms(plan.get("histograms", 2)),
+        "guarantee": privacy.guarantee,
+        "ε spent, exact accountant": fmt(ledger.epsilon_spent_exact),
+        "ε by the paper's formula": fmt(ledger.epsilon_spent_paper),
+        "neighbouring relation": ", ".join(ledger.neighbours) or plan.neighbour,
+        "compositions (voting rounds)": ledger.compositions,
+        "histograms each vote releases": released_histograms(plan.histograms),
         **(
-            {"label histogram (σ, sensitivity)": f"{fmt(prior)}, {fmt(plan.get('prior_sensitivity'))}"}
-            if prior is not None
+            {"label histogram (σ, sensitivity)": f"{fmt(plan.prior_sigma)}, {fmt(plan.prior_sensitivity)}"}
+            if plan.prior_sigma is not None
             else {}
         ),
-        "noise": privacy.get("noise"),
+        "noise": privacy.noise,
     }
     parts = [
         '<section id="privacy"><h2>Privacy spent</h2>',
-        cards(headline, void=["ε spent"] if privacy.get("epsilon_void") else []),
+        cards(headline, void=["ε spent"] if privacy.epsilon_void else []),
         definition_table(details),
         "<h3>Neighbourhood (what the guarantee is about)</h3>",
-        definition_table(privacy.get("neighbourhood") or {}),
+        definition_table(asdict(privacy.neighbourhood)),
     ]
-    if privacy.get("federated"):
-        parts += ["<h3>Federated voting</h3>", definition_table(privacy["federated"])]
+    if privacy.federated:
+        parts += ["<h3>Federated voting</h3>", definition_table(dict(privacy.federated))]
     return "\n".join(parts) + "</section>"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from wasp_vllm.privacy.report import PrivacyReport
 from wasp_vllm.report.settings import ReportSettings
 
 
@@ -33,6 +34,11 @@ class RunView:
     @property
     def config(self) -> dict[str, Any]:
         return dict(self.manifest.get("config", {}))
+
+    @property
+    def privacy(self) -> PrivacyReport:
+        """The run's privacy section, typed."""
+        return PrivacyReport.from_json(self.manifest["privacy"])
 
 
 @dataclass
