@@ -53,22 +53,22 @@ mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; 
 
 BENCH := engine_overhead reference_loop pipeline_stages topq_search served model_dtype engine_cores engine_processes
 bench: $(STAMP)  # full size: tens of minutes on 2 cores
-	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py || exit 1; done
+	for b in $(BENCH); do $(BIN)/python -m benchmarks.$$b || exit 1; done
 
 bench-quick: $(STAMP)
-	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py --quick || exit 1; done
+	for b in $(BENCH); do $(BIN)/python -m benchmarks.$$b --quick || exit 1; done
 
 bench-render: $(STAMP)  # re-render results/*.md and *.png from their JSON, measuring nothing
-	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py --from-json benchmarks/results/$$b.json || exit 1; done
+	for b in $(BENCH); do $(BIN)/python -m benchmarks.$$b --from-json benchmarks/results/$$b.json || exit 1; done
 
 bench-quality: $(STAMP)
-	$(BIN)/python benchmarks/quality/quality.py
+	$(BIN)/python -m benchmarks.quality.quality
 
 bench-hotpate: $(STAMP)
-	$(BIN)/python benchmarks/hotpate/hotpate_coverage.py
+	$(BIN)/python -m benchmarks.hotpate.hotpate_coverage
 
 bench-hotpate-yields: $(STAMP)  # private-token yields per accounting and epsilon (replay; --runs adds real runs)
-	$(BIN)/python benchmarks/hotpate/hotpate_yields.py
+	$(BIN)/python -m benchmarks.hotpate.hotpate_yields
 
 clean:
 	rm -rf $(VENV) .cache runs

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,15 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path[:0] = [str(BENCH), str(BENCH / "quality"), str(BENCH / "hotpate")]  # the scripts' own folders
+from benchmarks import engine_overhead, gen_workload, pipeline_stages, reference_loop, report, topq_search
 
-import engine_overhead  # noqa: E402
-import gen_workload  # noqa: E402
-import pipeline_stages  # noqa: E402
-import reference_loop  # noqa: E402
-import report  # noqa: E402
-import topq_search  # noqa: E402
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 SCRIPTS = {m.NAME: m for m in (engine_overhead, pipeline_stages, reference_loop, topq_search)}
 
@@ -39,9 +32,13 @@ def test_table_and_header() -> None:
     assert report.median([3.0, 1.0, 2.0]) == 2.0 and report.ratio(1.0, 0.0) != report.ratio(1.0, 0.0)
 
 
-def test_command_is_relative_to_the_repository() -> None:
+def test_command_runs_the_script_as_a_module_of_the_repository() -> None:
     assert report.command(str(BENCH / "topq_search.py"), ["--quick", "--out", "a b"]) == (
-        "python benchmarks/topq_search.py --quick --out 'a b'"
+        "python -m benchmarks.topq_search --quick --out 'a b'"
+    )
+    assert (
+        report.command(str(BENCH / "quality" / "lever_rule.py"), [])
+        == "python -m benchmarks.quality.lever_rule"
     )
 
 
@@ -55,7 +52,7 @@ def test_committed_results_re_render(name: str, tmp_path: Path) -> None:
     saved = BENCH / "results" / f"{name}.json"
     assert SCRIPTS[name].main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
     md = (tmp_path / f"{name}.md").read_text()
-    assert md.splitlines()[2] == f"Reproduce: `python benchmarks/{name}.py --quick`"
+    assert md.splitlines()[2] == f"Reproduce: `python -m benchmarks.{name} --quick`"
     assert "earlier combined throughput run" in md and f"![{name}]({name}.png)" in md
     assert (tmp_path / f"{name}.png").stat().st_size > 5000
     assert json.loads((tmp_path / f"{name}.json").read_text()) == json.loads(saved.read_text())
@@ -144,7 +141,7 @@ def test_interleave_rotates_the_order() -> None:
 
 def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_seed():
     """quality_tasks' arithmetic, on made-up scores (its slow test runs the real harness on one task)."""
-    import tasks_report
+    from benchmarks.quality import tasks_report
 
     def run(task: str, method: str, seed: int, f1: float) -> dict:
         return {"task": task, "method": method, "seed": seed, "macro_f1": f1, "accuracy": f1,
@@ -174,7 +171,7 @@ def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_see
 
 def test_label_drift_pools_a_round_over_its_plms_and_pairs_last_with_first_by_seed():
     """issue 22's "label agreement does not fall over the rounds", on made-up round tables."""
-    import tasks_report
+    from benchmarks.quality import tasks_report
 
     def entry(rnd: int, plm: str, n: int, agreement: float | None) -> dict:
         return {"round": rnd, "plm": plm, "n": n, "label_agreement": agreement}
@@ -195,7 +192,7 @@ def test_label_drift_pools_a_round_over_its_plms_and_pairs_last_with_first_by_se
 def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp_path: Path) -> None:
     """A setting added later, at the value that behaves as before it existed, keeps old records
     valid; any other value (or a changed default) is a new key, never a reuse."""
-    import harness
+    from benchmarks.quality import harness
 
     data = harness.Data("trec", "validation")
     method = harness.Method("x", "x", "lever", {"strategy": "wasp-no-contrast"})
@@ -239,7 +236,7 @@ def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(t
     the default) and today's ``wasp`` are one run: ``wasp`` reuses the lever's record under its own
     name. A method whose configuration differs in anything (the private prior, another M) is no twin
     and runs."""
-    import harness
+    from benchmarks.quality import harness
 
     data = harness.Data("trec", "validation")
     wasp = harness.Method("wasp", "WASP", "main", {})
@@ -278,10 +275,7 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     settings: its record key holds the policy's name (another run, never WASP's twin), a method
     without one keeps the key it had before policies existed, and the run is handed an instance of
     the policy, never a setting."""
-    import harness
-    import policies
-    import quality_tasks
-
+    from benchmarks.quality import harness, policies, quality_tasks
     from wasp_vllm.pipeline.policy import DEFAULT_POLICY, PaperPolicy
 
     class StubPolicyForTests(PaperPolicy):  # a stand-in: the harness only hands it on
@@ -332,8 +326,7 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
 def test_the_signal_switch_falls_back_to_zero_shot_and_even_plms_only_where_the_votes_are_noise() -> None:
     """Votes that are noise alone (signal share about 0) give no pools and even PLM shares; votes far
     above their public sigma give the paper's pools and weights."""
-    import policies
-
+    from benchmarks.quality import policies
     from wasp_vllm.pipeline.policy import PaperPolicy, VotedSamples
     from wasp_vllm.privacy.voting import NoisyVotes
 
@@ -363,8 +356,7 @@ def test_the_signal_switch_falls_back_to_zero_shot_and_even_plms_only_where_the_
 def test_diverse_pools_spread_each_labels_examples_among_its_best_voted() -> None:
     """Among a label's 2S best voted, near-copies of the best are passed over for samples unlike it;
     nothing outside the 2S best is shown."""
-    import policies
-
+    from benchmarks.quality import policies
     from wasp_vllm.pipeline.policy import VotedSamples
     from wasp_vllm.privacy.voting import NoisyVotes
 
@@ -386,8 +378,7 @@ def test_diverse_pools_spread_each_labels_examples_among_its_best_voted() -> Non
 def test_wide_pools_hold_each_labels_4s_best_voted_and_prompts_draw_more_than_s() -> None:
     """The pool is the label's 4S best voted, best first (nothing voted less); a label's example
     draws then show more than S distinct samples, where the paper's pool shows the same S."""
-    import policies
-
+    from benchmarks.quality import policies
     from wasp_vllm.pipeline.policy import VotedSamples
     from wasp_vllm.privacy.voting import NoisyVotes
     from wasp_vllm.strategies import STRATEGIES, PromptKind
@@ -414,8 +405,7 @@ def test_wide_pools_hold_each_labels_4s_best_voted_and_prompts_draw_more_than_s(
 def test_the_diversity_guard_writes_zero_shot_after_a_round_narrower_than_round_0() -> None:
     """Round 1 near-copies of one sample per label (same-label cosine about 1, round 0's about 0):
     no pools and even PLM shares. Round 1 as spread as round 0, or only round 0 voted: the paper's."""
-    import policies
-
+    from benchmarks.quality import policies
     from wasp_vllm.pipeline.policy import PaperPolicy, VotedSamples
     from wasp_vllm.privacy.voting import NoisyVotes
 
@@ -453,8 +443,7 @@ def test_first_round_pools_show_round_0s_best_by_the_sum_of_every_vote_so_far() 
     """Round 1 holds the best voted of the second vote, yet the pool is round 0's alone; the first
     vote ranks round 0's rows one way, the second ranks them the other way more weakly, and the
     sum of both (not the last vote) decides the order."""
-    import policies
-
+    from benchmarks.quality import policies
     from wasp_vllm.pipeline.policy import VotedSamples
     from wasp_vllm.privacy.voting import NoisyVotes
 
@@ -481,8 +470,7 @@ def test_no_close_copies_turns_down_a_sample_nearer_its_examples_than_round_0s_s
     """Round 0: label 0's samples lie at cosine 0.6 from each other, label 1's at 0.2 (one axis each
     plus their own); the ceiling is the quantile of those nearest-neighbour cosines. The embedder is
     a test double: the subject is which examples a prompt shows and the comparison."""
-    import policies
-
+    from benchmarks.quality import policies
     from wasp_vllm.pipeline.policy import VotedSamples
     from wasp_vllm.privacy.voting import NoisyVotes
 
@@ -524,9 +512,9 @@ def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(t
     so the same samples): the policy cannot do worse than zero-shot there by construction, and its
     row in a grid can differ from FuseGen's only through a vote whose signal share reached the
     threshold. Fake engine and embedder: the subject is which prompts and shares the loop asks for."""
-    import policies
     import pyarrow.parquet as pq
 
+    from benchmarks.quality import policies
     from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
     from tests.privacy_checks import private_texts
     from wasp_vllm.config import RunConfig
@@ -555,7 +543,7 @@ def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(t
 def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
     """restore_records puts a results JSON's finished runs back under the keys they were kept by, so
     the benchmark finds them; a run without a key, or with a name that leaves the cache, is not."""
-    import harness
+    from benchmarks.quality import harness
 
     data = harness.Data("trec", "test")
     method = harness.Method("x", "x", "lever", {"strategy": "wasp-no-contrast"})
@@ -584,7 +572,7 @@ def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
 
 
 def test_same_label_similarity_is_the_mean_cosine_over_pairs_of_one_label() -> None:
-    import round_stats
+    from benchmarks.quality import round_stats
 
     vectors = {"a1": [1.0, 0.0], "a2": [2.0, 0.0], "a3": [0.0, 3.0], "b1": [1.0, 1.0], "c1": [0.0, 1.0]}
 
@@ -605,7 +593,8 @@ def test_same_label_similarity_is_the_mean_cosine_over_pairs_of_one_label() -> N
 def test_a_replayed_vote_is_matched_to_its_samples_by_id(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import round_stats
+
+    from benchmarks.quality import round_stats
 
     rounds = tmp_path / "private" / "rounds"
     rounds.mkdir(parents=True)
@@ -639,7 +628,7 @@ class CountingFakeEmbedder:
 def test_the_embedding_store_outlives_the_process(tmp_path: Path) -> None:
     """A second benchmark reads the first one's vectors from the store instead of embedding again,
     and embeds only the texts it has not seen; a half-written shard is never read."""
-    import harness
+    from benchmarks.quality import harness
 
     def embedder(fake: CountingFakeEmbedder, spec: str = "fake") -> harness.CachedEmbedder:
         cached = harness.CachedEmbedder(spec, tmp_path / "store")
@@ -665,7 +654,7 @@ def test_a_generation_made_for_another_split_is_scored_not_run_again(tmp_path: P
     """A run's samples do not depend on the split it is scored on: the test grid scores the
     validation grid's generation of the same configuration, unless its run folder has been
     written over since (another run of the method) or is gone."""
-    import harness
+    from benchmarks.quality import harness
 
     wasp = harness.Method("wasp", "WASP", "main", {})
     val, test = harness.Data("trec", "validation"), harness.Data("trec", "test")
@@ -713,7 +702,7 @@ def test_a_generation_made_for_another_split_is_scored_not_run_again(tmp_path: P
 def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, monkeypatch):
     """A results file's finished runs that a grid did not reproduce (skipped for time, or keyed by
     settings that changed since) stay in it: the grid writes ``NAME-partial`` until it has them all."""
-    import quality_tasks
+    from benchmarks.quality import quality_tasks
 
     def fake_outputs(payload, stem):  # the tables themselves are tested elsewhere
         stem.with_suffix(".json").write_text(json.dumps(payload))
@@ -742,7 +731,7 @@ def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, mo
 
 @pytest.mark.parametrize("name", ["model_dtype", "model_dtype_amx"])  # an AVX2-only CPU, one with AMX
 def test_number_type_result_re_renders(tmp_path: Path, name: str) -> None:
-    import model_dtype
+    from benchmarks import model_dtype
 
     saved = BENCH / "results" / f"{name}.json"
     assert model_dtype.main(["--from-json", str(saved), "--out", str(tmp_path), "--name", name]) == 0
@@ -754,7 +743,7 @@ def test_number_type_result_re_renders(tmp_path: Path, name: str) -> None:
 
 
 def test_engine_cores_result_re_renders(tmp_path: Path) -> None:
-    import engine_cores
+    from benchmarks import engine_cores
 
     saved = BENCH / "results" / "engine_cores.json"
     assert engine_cores.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
@@ -765,7 +754,7 @@ def test_engine_cores_result_re_renders(tmp_path: Path) -> None:
 
 
 def test_engine_processes_result_re_renders(tmp_path: Path) -> None:
-    import engine_processes
+    from benchmarks import engine_processes
 
     saved = BENCH / "results" / "engine_processes.json"
     assert engine_processes.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0

@@ -4,15 +4,11 @@ on hand-made score tables, no runs."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path[:0] = [str(BENCH / "quality"), str(BENCH)]  # the quality scripts, then report.py
-
-import lever_rule  # noqa: E402
+from benchmarks.quality import lever_rule
 
 
 def _table(scores: dict[str, dict[str, list[float]]]) -> dict[str, dict]:

@@ -6,7 +6,6 @@ made-up runs and a tiny hand-written run folder; no model."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path[:0] = [str(BENCH / "quality"), str(BENCH)]
-
-import harness  # noqa: E402
-import round_stats  # noqa: E402
-import tasks_report  # noqa: E402
+from benchmarks.quality import harness, round_stats, tasks_report
 
 
 def _run(task: str, method: str, seed: int, f1: float, **more) -> dict:
@@ -203,7 +197,7 @@ def test_a_kept_record_gets_todays_figures_from_its_run_folder_without_running_a
 
 def test_relabel_against_reject_on_the_same_samples():
     """Four samples asked for labels 0, 0, 1, 1; the second and fourth read as another label."""
-    import relabel
+    from benchmarks.quality import relabel
 
     asked = np.array([0, 0, 1, 1])
     leads = np.array([0.2, -0.1, 0.0, -0.3])  # a lead of 0 is on-label (a tie keeps the sample)
@@ -245,7 +239,7 @@ def test_relabel_against_reject_on_the_same_samples():
 def test_routing_gives_each_plm_the_labels_it_writes_on_label_within_its_even_share():
     """Two PLMs, two labels: the first writes label 0 on-label 9 times in 10, the second label 1
     8 times in 10; the best routing gives each PLM its label (on-label 0.85 against 0.5 evenly)."""
-    import relabel
+    from benchmarks.quality import relabel
 
     plms, asked = ["smollm2"] * 4 + ["gemma3"] * 2, np.array([0, 0, 1, 1, 0, 1])
     assert relabel.plm_label_counts(plms, asked, np.array([1, 1, 0, 1, 0, 1], bool), 2) == [[2, 1], [0, 1]]
@@ -273,7 +267,7 @@ def test_routing_gives_each_plm_the_labels_it_writes_on_label_within_its_even_sh
 def test_a_finished_relabel_round_is_read_back_and_one_of_other_settings_written_again(tmp_path: Path):
     """``write_round``'s logic, with a stand-in for the run (no engine): resume first; a folder of
     other settings (the run refuses to resume it) is overwritten."""
-    import relabel
+    from benchmarks.quality import relabel
 
     from wasp_vllm.config import ConfigError
 
@@ -301,7 +295,7 @@ def test_a_finished_relabel_round_is_read_back_and_one_of_other_settings_written
 
 def test_a_second_reader_seconds_or_vetoes_the_label_check():
     """The reader ways, on the four samples above: the reader reads them as 0, 1, 2, 1."""
-    import relabel
+    from benchmarks.quality import relabel
 
     asked, leads, reads_as = np.array([0, 0, 1, 1]), np.array([0.2, -0.1, 0.0, -0.3]), np.array([0, 2, 1, 0])
     judged = np.array([0, 2, 1, 1])
@@ -322,7 +316,7 @@ def test_a_second_reader_seconds_or_vetoes_the_label_check():
 def test_the_second_reader_reads_by_the_nearest_centroid_of_the_other_on_label_samples():
     """Three labels along three axes of 40; label 2 has one on-label sample, which sits on label
     2's axis: with itself in its centroid it would vouch for itself."""
-    import relabel
+    from benchmarks.quality import relabel
 
     rng = np.random.default_rng(0)
     asked = np.array([0] * 8 + [1] * 8 + [2, 2])
@@ -340,7 +334,7 @@ def test_the_second_reader_reads_by_the_nearest_centroid_of_the_other_on_label_s
 
 
 def test_a_validation_grid_runs_the_choosing_group_and_refuses_a_held_out_task():
-    import quality_tasks
+    from benchmarks.quality import quality_tasks
 
     assert quality_tasks.parse_args(["--split", "validation"]).tasks == [
         "drugs", "rotten_tomatoes", "imdb", "tweets", "trec", "editorials", "conventions"

@@ -24,20 +24,13 @@ import hashlib
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parents[2] / ".cache"))
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-from policies import policy_of  # noqa: E402 - experimental round policies, next to this file
+from benchmarks.quality.policies import policy_of
 
 log = logging.getLogger("quality")
 

@@ -6,7 +6,7 @@ below zero beyond its standard deviation; a task with fewer seeds than asked is 
 unless it is already worse.  The verdict is "met" once enough tasks are measured and not worse,
 "not met" once too many are worse for the rest to make up, and "not yet" in between.
 
-    python benchmarks/quality/more_data.py --small benchmarks/results/more_data_n300.json \\
+    python -m benchmarks.quality.more_data --small benchmarks/results/more_data_n300.json \\
         --large benchmarks/results/more_data_n1200.json --method wasp
 
 reads two ``quality_tasks.py`` JSONs (the same tasks, split and settings but N) and writes
@@ -21,13 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402
-from lever_rule import vetoes  # noqa: E402
-from seed_stats import fmt, fmt_diff, paired_diff  # noqa: E402
-from tasks_report import by_seed  # noqa: E402
+from benchmarks import report
+from benchmarks.quality.lever_rule import vetoes
+from benchmarks.quality.seed_stats import fmt, fmt_diff, paired_diff
+from benchmarks.quality.tasks_report import by_seed
 
 METRIC = "macro_f1"
 

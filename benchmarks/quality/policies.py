@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import round_stats  # the same figure the tasks grid reports per vote
 
+from benchmarks.quality import round_stats  # the same figure the tasks grid reports per vote
 from wasp_vllm.pipeline import label_check
 from wasp_vllm.pipeline.policy import ChosenPools, PaperPolicy, VotedSamples
 from wasp_vllm.pipeline.selection import select_pools
@@ -184,8 +184,9 @@ class NoCloseCopiesPolicy(PaperPolicy):
             return None
         with self._lock:
             if self._embedder is None:
-                from harness import EMBEDDER  # the runs' embedder (harness imports this module)
-
+                from benchmarks.quality.harness import (
+                    EMBEDDER,  # the runs' embedder (harness imports this module)
+                )
                 from wasp_vllm.engines.embedder import Embedder
 
                 self._embedder = Embedder(EMBEDDER)

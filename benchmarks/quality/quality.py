@@ -19,8 +19,8 @@ Engines are opened once per PLM and shared by every run (a proxy makes ``Run``'s
 interrupted benchmark still has every method on the first seeds, and the JSON / Markdown
 are rewritten after every run.
 
-    python benchmarks/quality/quality.py            # full grid, writes benchmarks/results/quality.*
-    python benchmarks/quality/quality.py --quick    # CI-sized, writes benchmarks/results/quality_quick.*
+    python -m benchmarks.quality.quality            # full grid, writes benchmarks/results/quality.*
+    python -m benchmarks.quality.quality --quick    # CI-sized, writes benchmarks/results/quality_quick.*
 
 The DP noise seed is fixed per run seed (``noise_seed``) so that a benchmark rerun
 reproduces its numbers; a real release must leave it unset.
@@ -36,11 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402 - the benchmarks' reporting helper, in benchmarks/
-from harness import (  # noqa: E402 - shared with quality_tasks.py, next to this file
+from benchmarks import report
+from benchmarks.quality.harness import (
     AS_PUBLISHED,
     AUTO_ENGINE,
     DELTA,
@@ -58,7 +55,7 @@ from harness import (  # noqa: E402 - shared with quality_tasks.py, next to this
     run_or_fail,
     setup_logging,
 )
-from seed_stats import aggregate, fmt, mean_std, paired  # noqa: E402
+from benchmarks.quality.seed_stats import aggregate, fmt, mean_std, paired
 
 # The full grid is cut to fit 90 minutes on the 2-core machine: N=300 instead of the issue's 600
 # and at most 64 new tokens per sample (as ``make demo``), because a WASP run of N=60 still takes

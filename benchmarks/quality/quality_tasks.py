@@ -17,9 +17,9 @@ about to rewrite: a grid too long for one sitting grows over several, on fresh c
 its committed results (a changed setting or default is a new key, so it runs again).
 ``--max-minutes`` starts no new run after the limit and reports what finished.
 
-    python benchmarks/quality/quality_tasks.py --split validation    # the grid the defaults come from
-    python benchmarks/quality/quality_tasks.py --quick               # CI size (a few minutes)
-    python benchmarks/quality/quality_tasks.py --tasks tweets,trec --methods wasp,fusegen --seeds 1 \\
+    python -m benchmarks.quality.quality_tasks --split validation    # the grid the defaults come from
+    python -m benchmarks.quality.quality_tasks --quick               # CI size (a few minutes)
+    python -m benchmarks.quality.quality_tasks --tasks tweets,trec --methods wasp,fusegen --seeds 1 \\
         --n 60 --rounds 3
 """
 
@@ -32,11 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402 - the benchmarks' reporting helper, in benchmarks/
-from harness import (  # noqa: E402
+from benchmarks import report
+from benchmarks.quality.harness import (
     AS_PUBLISHED,
     AUTO_ENGINE,
     DELTA,
@@ -56,11 +53,10 @@ from harness import (  # noqa: E402
     run_or_fail,
     setup_logging,
 )
-from policies import POLICIES  # noqa: E402
-from round_stats import ReferenceJudge, junk_share, round_diversity, round_stats  # noqa: E402
-from tasks_report import write_outputs  # noqa: E402
-
-from wasp_vllm.data.suite import SUITE  # noqa: E402
+from benchmarks.quality.policies import POLICIES
+from benchmarks.quality.round_stats import ReferenceJudge, junk_share, round_diversity, round_stats
+from benchmarks.quality.tasks_report import write_outputs
+from wasp_vllm.data.suite import SUITE
 
 #: The suite (docs/suite.md): a validation grid runs the choosing group, a test grid every task.
 CHOOSING = tuple(t for t, group in SUITE.items() if group == "choosing")

@@ -27,9 +27,9 @@ Zero-shot samples only: WASP's few-shot rounds may miss their label at another r
 group's tasks only (docs/suite.md): this chooses, so the held-out group is refused. FuseGen does
 not vote: no private record decides anything here.
 
-    python benchmarks/quality/relabel.py                      # choosing group, 2 seeds, N = 90
-    python benchmarks/quality/relabel.py --tasks trec --seeds 1 --n 24
-    python benchmarks/quality/relabel.py --plms qwen,llama3 --name relabel_gpu   # larger PLMs (a GPU)
+    python -m benchmarks.quality.relabel                      # choosing group, 2 seeds, N = 90
+    python -m benchmarks.quality.relabel --tasks trec --seeds 1 --n 24
+    python -m benchmarks.quality.relabel --plms qwen,llama3 --name relabel_gpu   # larger PLMs (a GPU)
 
 A finished run folder of the same settings is read back, not written again (a new ``--margins`` on
 the same samples costs no generation).
@@ -48,11 +48,8 @@ from typing import Any
 
 import numpy as np
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402
-from harness import (  # noqa: E402
+from benchmarks import report
+from benchmarks.quality.harness import (
     AUTO_ENGINE,
     PLMS,
     REPO,
@@ -65,11 +62,10 @@ from harness import (  # noqa: E402
     run_config,
     setup_logging,
 )
-from policies import unit_rows  # noqa: E402
-from round_stats import ReferenceJudge  # noqa: E402
-from seed_stats import fmt, fmt_diff, paired_diff  # noqa: E402
-
-from wasp_vllm.data.suite import SUITE  # noqa: E402
+from benchmarks.quality.policies import unit_rows
+from benchmarks.quality.round_stats import ReferenceJudge
+from benchmarks.quality.seed_stats import fmt, fmt_diff, paired_diff
+from wasp_vllm.data.suite import SUITE
 
 #: The ways every run reports; ``--margins`` adds one ``relabel beyond M`` each.
 WAYS = ("reject", "relabel", "as_written")
