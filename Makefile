@@ -61,8 +61,8 @@ bench-quick: $(STAMP)
 bench-render: $(STAMP)  # re-render results/*.md and *.png from their JSON, measuring nothing
 	for b in $(BENCH); do $(BIN)/python -m benchmarks.$$b --from-json benchmarks/results/$$b.json || exit 1; done
 
-bench-quality: $(STAMP)
-	$(BIN)/python -m benchmarks.quality.quality
+bench-quality: $(STAMP)  # the test table of docs/quality.md: it resumes from results/quality_tasks.json
+	$(BIN)/python -m benchmarks.quality.grid --split test --seeds 3 --work runs/bench-tasks-test --name quality_tasks
 
 bench-hotpate: $(STAMP)
 	$(BIN)/python -m benchmarks.hotpate.hotpate_coverage

@@ -141,7 +141,7 @@ def test_interleave_rotates_the_order() -> None:
 
 def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_seed():
     """quality_tasks' arithmetic, on made-up scores (its slow test runs the real harness on one task)."""
-    from benchmarks.quality import tasks_report
+    from benchmarks.quality import grid_report
 
     def run(task: str, method: str, seed: int, f1: float) -> dict:
         return {"task": task, "method": method, "seed": seed, "macro_f1": f1, "accuracy": f1,
@@ -152,13 +152,13 @@ def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_see
     runs = [run(t, m, seed, f1s[seed]) for (t, m), f1s in scores.items() for seed in (0, 1)]
     runs.append({**run("trec", "wasp", 2, 0.9), "error": "crashed"})  # a failed run is left out
     runs.append(run("tweets", "wasp", 2, 0.9))  # seed 2 only on one task: not averaged
-    tasks = tasks_report.per_task(runs)
+    tasks = grid_report.per_task(runs)
     assert tasks["trec"]["wasp"]["seeds"] == [0, 1] and tasks["tweets"]["wasp"]["seeds"] == [0, 1, 2]
-    average = tasks_report.averaged(tasks, ["tweets", "trec"], ["wasp", "fusegen", "aug-pe"])
+    average = grid_report.averaged(tasks, ["tweets", "trec"], ["wasp", "fusegen", "aug-pe"])
     assert set(average) == {"wasp", "fusegen"}  # a method missing on a task has no average
     assert average["wasp"]["seeds"] == [0, 1] and average["wasp"]["macro_f1"] == pytest.approx([0.4, 0.4])
     assert average["wasp"]["label_agreement"] == [None, None]
-    paired = tasks_report.paired_all(tasks, average, [{"versus": ("wasp", "fusegen")}])
+    paired = grid_report.paired_all(tasks, average, [{"versus": ("wasp", "fusegen")}])
     tweets = paired["tweets"]["wasp − fusegen"]["macro_f1"]
     assert tweets["seeds"] == [0, 1] and tweets["diffs"] == pytest.approx([0.1, 0.3])
     assert tweets["verdict"] == "gap"  # mean 0.2, std 0.14
@@ -171,7 +171,7 @@ def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_see
 
 def test_label_drift_pools_a_round_over_its_plms_and_pairs_last_with_first_by_seed():
     """issue 22's "label agreement does not fall over the rounds", on made-up round tables."""
-    from benchmarks.quality import tasks_report
+    from benchmarks.quality import grid_report
 
     def entry(rnd: int, plm: str, n: int, agreement: float | None) -> dict:
         return {"round": rnd, "plm": plm, "n": n, "label_agreement": agreement}
@@ -182,7 +182,7 @@ def test_label_drift_pools_a_round_over_its_plms_and_pairs_last_with_first_by_se
         return {"task": "trec", "method": "wasp", "seed": seed, "rounds": rounds}
 
     runs = [run(0, 0.8), run(1, 0.4), {"task": "trec", "method": "only-private", "seed": 0}]
-    drift = tasks_report.label_drift(runs)
+    drift = grid_report.label_drift(runs)
     assert list(drift["trec"]) == ["wasp"]  # a method without rounds has no drift
     wasp = drift["trec"]["wasp"]
     assert wasp["seeds"] == [0, 1] and wasp["diffs"] == pytest.approx([0.1, -0.2])
@@ -268,6 +268,21 @@ def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(t
     assert record["cache_key"] == kept.name  # a fresh clone restores it under the key it was kept by
 
 
+def test_the_one_grid_holds_the_papers_other_studies_beside_the_suite() -> None:
+    """Q, the paper's accountant, a larger N and Pre-Text per PLM (once the one-task script's rows)
+    are methods of the one grid: each a change to WASP (or to federated WASP's pair) and nothing else."""
+    from benchmarks.quality import grid
+
+    table = grid.method_table(300)
+    wasp = table["wasp"][0].overrides
+    for key, change in [("wasp-q1", {"q": 1}), ("wasp-q16", {"q": 16}), ("wasp-n1200", {"n": 1200}),
+                        ("wasp-paper-accountant", {"accountant": "paper"})]:  # fmt: skip
+        method, pair = table[key]
+        assert method.overrides == wasp | change and pair == (key, "wasp") and method.m == 300
+    method, pair = table["pre-text:gemma3"]
+    assert method.overrides["plms"] == ["gemma3"] and pair == ("wasp-federated", "pre-text:gemma3")
+
+
 def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -275,7 +290,7 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     settings: its record key holds the policy's name (another run, never WASP's twin), a method
     without one keeps the key it had before policies existed, and the run is handed an instance of
     the policy, never a setting."""
-    from benchmarks.quality import harness, policies, quality_tasks
+    from benchmarks.quality import grid, harness, policies
     from wasp_vllm.pipeline.policy import DEFAULT_POLICY, PaperPolicy
 
     class StubPolicyForTests(PaperPolicy):  # a stand-in: the harness only hands it on
@@ -297,7 +312,7 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
             raise HandedOverForTests
 
     monkeypatch.setitem(policies.POLICIES, "stub", ("WASP, stub policy", StubPolicyForTests))
-    table = quality_tasks.method_table(100)
+    table = grid.method_table(100)
     (method, pair), wasp = table["policy-stub"], table["wasp"][0]
     assert method.policy == "stub" and pair == ("policy-stub", "wasp") and method.overrides == wasp.overrides
     assert "policy" not in wasp.key_fields() and method.key_fields()["policy"] == "stub"
@@ -540,6 +555,25 @@ def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(t
     assert texts(RunConfig(**base), tmp_path / "wasp", policy=never) != fusegen
 
 
+def test_every_run_of_the_committed_test_grid_is_found_under_the_key_it_was_kept_by() -> None:
+    """The headline grid (results/quality_tasks.json, every task, test splits) resumes on a fresh
+    clone only while the harness keys each of its runs as it did when the run was kept: the same
+    method table, settings and removed-setting values give the same record name, run by run."""
+    from benchmarks.quality import grid, harness
+
+    payload = json.loads((BENCH / "results" / "quality_tasks.json").read_text())
+    s = payload["settings"]
+    table = grid.method_table(s["m"])
+    keyed = [r for r in payload["runs"] if "cache_key" in r and not r.get("scored_from")]
+    assert len(keyed) > 100
+    for run in keyed:
+        data = harness.Data(run["task"], s["split"])
+        cap = grid.token_cap(run["task"], s["max_new_tokens"])
+        settings = harness.Settings(s["engine"], s["n"], s["rounds"], cap, Path("w"), config=s["run_config"])
+        kept_by = harness.record_path(table[run["method"]][0], run["seed"], data, settings).name
+        assert kept_by == run["cache_key"], run["method"]
+
+
 def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
     """restore_records puts a results JSON's finished runs back under the keys they were kept by, so
     the benchmark finds them; a run without a key, or with a name that leaves the cache, is not."""
@@ -702,13 +736,13 @@ def test_a_generation_made_for_another_split_is_scored_not_run_again(tmp_path: P
 def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, monkeypatch):
     """A results file's finished runs that a grid did not reproduce (skipped for time, or keyed by
     settings that changed since) stay in it: the grid writes ``NAME-partial`` until it has them all."""
-    from benchmarks.quality import quality_tasks
+    from benchmarks.quality import grid
 
     def fake_outputs(payload, stem):  # the tables themselves are tested elsewhere
         stem.with_suffix(".json").write_text(json.dumps(payload))
         stem.with_name(stem.name + "_junk.png").write_text("")
 
-    monkeypatch.setattr(quality_tasks, "write_outputs", fake_outputs)
+    monkeypatch.setattr(grid, "write_outputs", fake_outputs)
 
     def run(task, method, seed, **more):
         return {"task": task, "method": method, "seed": seed, **more}
@@ -716,7 +750,7 @@ def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, mo
     stem = tmp_path / "grid"
     old = {"runs": [run("trec", "wasp", 0), run("trec", "wasp", 1), run("trec", "fusegen", 0, error="x")]}
     stem.with_suffix(".json").write_text(json.dumps(old))
-    writer = quality_tasks.ResultsWriter(stem)
+    writer = grid.ResultsWriter(stem)
     short = {"runs": [run("trec", "wasp", 0), run("trec", "fusegen", 0)]}
     assert writer.write(short) == tmp_path / "grid-partial"
     assert json.loads(stem.with_suffix(".json").read_text()) == old
@@ -726,7 +760,7 @@ def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, mo
     assert writer.write(caught_up) == stem
     assert json.loads(stem.with_suffix(".json").read_text()) == caught_up
     assert not list(tmp_path.glob("grid-partial*"))  # the out-of-date partial tables are gone
-    assert quality_tasks.ResultsWriter(tmp_path / "new").write(short) == tmp_path / "new"
+    assert grid.ResultsWriter(tmp_path / "new").write(short) == tmp_path / "new"
 
 
 @pytest.mark.parametrize("name", ["model_dtype", "model_dtype_amx"])  # an AVX2-only CPU, one with AMX

@@ -12,7 +12,7 @@ from benchmarks.quality import lever_rule
 
 
 def _table(scores: dict[str, dict[str, list[float]]]) -> dict[str, dict]:
-    """``{task: {method: [macro-F1 per seed]}}`` in quality_tasks.py's JSON shape."""
+    """``{task: {method: [macro-F1 per seed]}}`` in grid.py's JSON shape."""
     return {
         t: {m: {"seeds": list(range(len(v))), "macro_f1": v} for m, v in ms.items()}
         for t, ms in scores.items()

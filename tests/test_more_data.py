@@ -11,7 +11,7 @@ from benchmarks.quality import more_data
 
 
 def _grid(n: int, scores: dict[str, list[float]]) -> dict:
-    """A quality_tasks.py JSON at size ``n``: ``{task: [wasp macro-F1 per seed]}``."""
+    """A grid.py JSON at size ``n``: ``{task: [wasp macro-F1 per seed]}``."""
     tasks = {t: {"wasp": {"seeds": list(range(len(v))), "macro_f1": v}} for t, v in scores.items()}
     return {"settings": {"n": n}, "tasks": tasks}
 

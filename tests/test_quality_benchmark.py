@@ -1,4 +1,4 @@
-"""`benchmarks/quality/quality.py --quick`, the CI-sized quality benchmark, end to end on vLLM.
+"""`python -m benchmarks.quality.grid`, the quality benchmark, end to end on vLLM at CI size.
 
 Slow: it loads both packaged PLMs and generates small runs.  It checks that the
 benchmark produces its table, JSON and plots with a real score for every method, not what
@@ -23,13 +23,15 @@ REPO = Path(__file__).resolve().parent.parent
 METHODS = ("only-private", "fusegen", "wasp")
 
 
-def test_quick_quality_benchmark_scores_every_method(tmp_path):
+def test_one_task_at_the_papers_sizes_scores_every_method(tmp_path):
+    """One task (drugs, test split) at S = Q = 8, as the one-task script the grid absorbed ran it."""
     out, work = tmp_path / "results", tmp_path / "runs"
-    # CI time: --quick is N=60, T=3; N=36 is the least at T=3 with S=8.  Aug-PE needs one PLM, so one
-    # engine starts; WASP (both PLMs) and FuseGen run end to end in the tasks benchmark's test below,
-    # through the same harness (this test took 241 s with WASP, 2026-12-05).
-    cmd = [sys.executable, "-m", "benchmarks.quality.quality", "--quick", "--n", "36"]
-    cmd += ["--max-new-tokens", "32", "--only", "only-private,aug-pe:smollm2"]
+    # CI time: N=36 is the least at T=3 with S=8.  Aug-PE needs one PLM, so one engine starts; WASP
+    # (both PLMs) and FuseGen run end to end in the grid's --quick test below, through the same
+    # harness (this test took 241 s with WASP, 2026-12-05).
+    cmd = [sys.executable, "-m", "benchmarks.quality.grid", "--tasks", "drugs", "--split", "test"]
+    cmd += ["--seeds", "1", "--n", "36", "--rounds", "3", "--max-new-tokens", "32"]
+    cmd += ["--methods", "only-private,aug-pe:smollm2"]
     cmd += ["--out", str(out), "--work", str(work), "--name", "q"]
     env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
@@ -47,12 +49,12 @@ def test_quick_quality_benchmark_scores_every_method(tmp_path):
     assert augpe["privacy_plan"]["sigma"] > 0
     table = (out / "q.md").read_text()
     assert "| OnlyPrivate (no DP) |" in table and "| Aug-PE (smollm2) |" in table
-    assert (out / "q_accuracy.png").stat().st_size > 1000
-    assert (out / "q_fid_rounds.png").stat().st_size > 1000
+    assert (out / "q.png").stat().st_size > 1000  # macro-F1 per method
+    assert (out / "q_junk.png").stat().st_size > 1000
 
 
 def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
-    """`benchmarks/quality/quality_tasks.py --quick` on trec alone, N=24, T=2, one seed, without Aug-PE (CI
+    """`python -m benchmarks.quality.grid --quick` on trec alone, N=24, T=2, one seed, without Aug-PE (CI
     time: the quality benchmark's test runs Aug-PE, and the averaging over tasks has a fast test in
     test_benchmarks.py); a second invocation reuses every finished run and runs nothing, and so does
     a third with the run folders gone (a fresh clone resumes from the results JSON alone); before
@@ -61,7 +63,7 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "benchmarks.quality.quality_tasks",
+        "benchmarks.quality.grid",
         "--quick",
         "--tasks",
         "trec",

@@ -1,4 +1,4 @@
-"""The tasks grid's report over the suite (benchmarks/quality/tasks_report.py, round_stats.py,
+"""The tasks grid's report over the suite (benchmarks/quality/grid_report.py, round_stats.py,
 harness.py), issue 59: every task named with its group, the group means, kept / generated, the
 diversity of each round against round 0, and the signal share of the votes. Pure arithmetic on
 made-up runs and a tiny hand-written run folder; no model."""
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.quality import harness, round_stats, tasks_report
+from benchmarks.quality import grid_report, harness, round_stats
 
 
 def _run(task: str, method: str, seed: int, f1: float, **more) -> dict:
@@ -26,28 +26,28 @@ def test_each_task_carries_its_group_and_each_group_has_its_own_mean():
               ("drugs", "wasp"): (0.3, 0.3), ("drugs", "fusegen"): (0.3, 0.3),
               ("products", "wasp"): (0.7, 0.8), ("products", "fusegen"): (0.8, 0.9)}  # fmt: skip
     runs = [_run(t, m, s, f1s[s]) for (t, m), f1s in scores.items() for s in (0, 1)]
-    tasks = tasks_report.per_task(runs)
+    tasks = grid_report.per_task(runs)
     assert {t: tasks[t]["group"] for t in tasks} == {"trec": "choosing", "drugs": "choosing",
                                                       "products": "held-out"}  # fmt: skip
     names = ["trec", "drugs", "products"]
-    means = tasks_report.group_means(tasks, names, ["wasp", "fusegen"])
+    means = grid_report.group_means(tasks, names, ["wasp", "fusegen"])
     assert set(means) == {"mean choosing", "mean held-out"}
     assert means["mean choosing"]["wasp"]["macro_f1"] == pytest.approx([0.4, 0.45])
     assert means["mean held-out"]["fusegen"]["macro_f1"] == pytest.approx([0.8, 0.9])
-    assert tasks_report.group_means(tasks, ["trec", "drugs"], ["wasp"]) == {}  # one group: the average is it
-    average = tasks_report.averaged(tasks, names, ["wasp", "fusegen"])
-    paired = tasks_report.paired_all(tasks, average, [{"versus": ("wasp", "fusegen")}], means=means)
+    assert grid_report.group_means(tasks, ["trec", "drugs"], ["wasp"]) == {}  # one group: the average is it
+    average = grid_report.averaged(tasks, names, ["wasp", "fusegen"])
+    paired = grid_report.paired_all(tasks, average, [{"versus": ("wasp", "fusegen")}], means=means)
     held = paired["mean held-out"]["wasp − fusegen"]["macro_f1"]
     assert held["diffs"] == pytest.approx([-0.1, -0.1]) and held["verdict"] == "gap"
     assert paired["mean choosing"]["wasp − fusegen"]["macro_f1"]["diffs"] == pytest.approx([0.05, 0.05])
 
 
 def test_kept_share_counts_every_rejected_sample_as_written():
-    assert tasks_report.kept_share({"kept": 300, "rejects": {"off_label": 256, "prompt_echo": 44}}) == 0.5
-    assert tasks_report.kept_share({"kept": 10, "rejects": {}}) == 1.0
-    assert tasks_report.kept_share({"macro_f1": 0.5}) is None  # OnlyPrivate writes nothing
+    assert grid_report.kept_share({"kept": 300, "rejects": {"off_label": 256, "prompt_echo": 44}}) == 0.5
+    assert grid_report.kept_share({"kept": 10, "rejects": {}}) == 1.0
+    assert grid_report.kept_share({"macro_f1": 0.5}) is None  # OnlyPrivate writes nothing
     runs = [_run("trec", "wasp", 0, 0.5, kept=30, rejects={"off_label": 10})]
-    assert tasks_report.per_task(runs)["trec"]["wasp"]["kept_share"] == [0.75]
+    assert grid_report.per_task(runs)["trec"]["wasp"]["kept_share"] == [0.75]
 
 
 def _diversity(cosines: list[float], distinct: list[float]) -> list[dict]:
@@ -74,25 +74,25 @@ def test_diversity_change_pairs_the_last_round_with_round_zero_and_flags_narrowi
             ],
         ),  # fmt: skip
     ]
-    change = tasks_report.diversity_change(runs)
+    change = grid_report.diversity_change(runs)
     cosine = change["trec"]["wasp"]["same_label_cosine"]
     assert cosine["diffs"] == pytest.approx([0.10, 0.11])
-    assert tasks_report.narrowed("same_label_cosine", cosine)
+    assert grid_report.narrowed("same_label_cosine", cosine)
     distinct = change["trec"]["wasp"]["distinct_2"]
-    assert distinct["diffs"] == pytest.approx([-0.2, -0.2]) and tasks_report.narrowed("distinct_2", distinct)
+    assert distinct["diffs"] == pytest.approx([-0.2, -0.2]) and grid_report.narrowed("distinct_2", distinct)
     assert "fid_validation" not in change["trec"]["wasp"]  # not measured: no row
     assert change["drugs"]["wasp"]["same_label_cosine"]["diffs"] == pytest.approx([0.2 - 0.35])
     assert set(change["drugs"]["wasp"]) == {"same_label_cosine", "within_plm_cosine"}
     # within a PLM: from the round tables even where diversity entries exist (the mix is left out)
     plms = [(0, "a", 30, 0.2), (0, "b", 30, 0.4), (2, "a", 0, None), (2, "b", 60, 0.5)]
     rounds = [{"round": t, "plm": p, "n": n, "similarity": c} for t, p, n, c in plms]
-    within = tasks_report.diversity_change([{**runs[0], "rounds": rounds}])["trec"]["wasp"]
+    within = grid_report.diversity_change([{**runs[0], "rounds": rounds}])["trec"]["wasp"]
     assert within["within_plm_cosine"]["diffs"] == pytest.approx([0.5 - 0.3])
     assert within["same_label_cosine"]["diffs"] == pytest.approx([0.10])
     wider = {"mean": -0.1, "std": 0.01, "verdict": "gap"}
-    assert not tasks_report.narrowed("same_label_cosine", wider)
-    assert tasks_report.narrowed("distinct_2", wider)
-    assert tasks_report.signal_shares(runs) == {"trec": {"wasp": [pytest.approx(0.15), pytest.approx(0.15)]}}
+    assert not grid_report.narrowed("same_label_cosine", wider)
+    assert grid_report.narrowed("distinct_2", wider)
+    assert grid_report.signal_shares(runs) == {"trec": {"wasp": [pytest.approx(0.15), pytest.approx(0.15)]}}
 
 
 def test_the_written_tables_name_each_task_with_its_group(tmp_path: Path):
@@ -106,7 +106,7 @@ def test_the_written_tables_name_each_task_with_its_group(tmp_path: Path):
     payload = {"command": "python x", "settings": settings, "machine": "test", "methods": methods,
                "n_scored": {"trec": 1, "products": 1}, "reference_junk_share": {}, "runs": runs,
                "ran": [], "reused": [], "skipped": [], "finished": True}  # fmt: skip
-    tasks_report.write_outputs(payload, tmp_path / "grid")
+    grid_report.write_outputs(payload, tmp_path / "grid")
     saved = json.loads((tmp_path / "grid.json").read_text())
     assert saved["tasks"]["products"]["group"] == "held-out" and saved["tasks"]["trec"]["group"] == "choosing"
     assert saved["tasks"]["products"]["wasp"]["macro_f1"] == pytest.approx([0.5, 0.6])
@@ -268,7 +268,6 @@ def test_a_finished_relabel_round_is_read_back_and_one_of_other_settings_written
     """``write_round``'s logic, with a stand-in for the run (no engine): resume first; a folder of
     other settings (the run refuses to resume it) is overwritten."""
     from benchmarks.quality import relabel
-
     from wasp_vllm.config import ConfigError
 
     calls: list[dict[str, bool]] = []
@@ -334,11 +333,11 @@ def test_the_second_reader_reads_by_the_nearest_centroid_of_the_other_on_label_s
 
 
 def test_a_validation_grid_runs_the_choosing_group_and_refuses_a_held_out_task():
-    from benchmarks.quality import quality_tasks
+    from benchmarks.quality import grid
 
-    assert quality_tasks.parse_args(["--split", "validation"]).tasks == [
+    assert grid.parse_args(["--split", "validation"]).tasks == [
         "drugs", "rotten_tomatoes", "imdb", "tweets", "trec", "editorials", "conventions"
     ]  # fmt: skip
-    assert len(quality_tasks.parse_args(["--split", "test"]).tasks) == 10
+    assert len(grid.parse_args(["--split", "test"]).tasks) == 10
     with pytest.raises(SystemExit, match="held-out group's validation splits are never looked at"):
-        quality_tasks.main(["--split", "validation", "--tasks", "trec,disaster"])
+        grid.main(["--split", "validation", "--tasks", "trec,disaster"])

@@ -24,16 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
+from benchmarks.quality.grid_report import averaged, paired_all, per_task
 from benchmarks.quality.seed_stats import fmt, fmt_diff
-from benchmarks.quality.tasks_report import averaged, paired_all, per_task
 
 METRICS = ("macro_f1", "even_mix_macro_f1")
 
 
 def rescore(record: dict[str, Any], split: str, m: int, embedder: Any) -> dict[str, Any]:
     """One finished run of the grid, scored again: both macro-F1 figures and the split's label mix."""
+    from benchmarks.quality.grid import method_table
     from benchmarks.quality.harness import Data, eval_settings
-    from benchmarks.quality.quality_tasks import method_table
     from wasp_vllm.evaluation import evaluate_private_only, evaluate_synthetic
 
     method = method_table(m)[record["method"]][0]
@@ -115,9 +115,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--results", type=Path, required=True, help="a quality_tasks.py JSON whose run folders are here"
-    )
+    p.add_argument("--results", type=Path, required=True, help="a grid.py JSON whose run folders are here")
     p.add_argument("--methods", default="", help="comma list of the grid's methods (default: all)")
     p.add_argument("--out", type=Path, default=report.RESULTS)
     p.add_argument("--name", default="even_mix")

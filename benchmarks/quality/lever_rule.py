@@ -18,7 +18,7 @@ validation rows alone, then score what was chosen on the left-out task's test sp
         --pairs wasp-label-check-off:wasp --test benchmarks/results/quality_tasks.json
 
 writes ``benchmarks/results/lever_rule.{md,json}`` (``--name`` for another stem).  The runs
-themselves come from ``quality_tasks.py``: this only reads their JSON.
+themselves come from ``grid.py``: this only reads their JSON.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
+from benchmarks.quality.grid_report import averaged, by_seed, group_of
 from benchmarks.quality.seed_stats import fmt_diff, paired_diff
-from benchmarks.quality.tasks_report import averaged, by_seed, group_of
 from wasp_vllm.data.suite import SUITE
 
 METRIC = "macro_f1"
@@ -261,15 +261,11 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--validation", type=Path, required=True, help="a quality_tasks.py JSON on the validation split"
-    )
+    p.add_argument("--validation", type=Path, required=True, help="a grid.py JSON on the validation split")
     p.add_argument(
         "--pairs", required=True, help="lever:default pairs, comma-separated (method keys of that JSON)"
     )
-    p.add_argument(
-        "--test", type=Path, default=None, help="a quality_tasks.py JSON on the test split (optional)"
-    )
+    p.add_argument("--test", type=Path, default=None, help="a grid.py JSON on the test split (optional)")
     p.add_argument(
         "--test-names", default="", help="key=test_key renames, when the test JSON names a method otherwise"
     )

@@ -9,8 +9,8 @@ unless it is already worse.  The verdict is "met" once enough tasks are measured
     python -m benchmarks.quality.more_data --small benchmarks/results/more_data_n300.json \\
         --large benchmarks/results/more_data_n1200.json --method wasp
 
-reads two ``quality_tasks.py`` JSONs (the same tasks, split and settings but N) and writes
-``benchmarks/results/more_data.{md,json,png}``.  The runs themselves come from ``quality_tasks.py``.
+reads two ``grid.py`` JSONs (the same tasks, split and settings but N) and writes
+``benchmarks/results/more_data.{md,json,png}``.  The runs themselves come from ``grid.py``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
+from benchmarks.quality.grid_report import by_seed
 from benchmarks.quality.lever_rule import vetoes
 from benchmarks.quality.seed_stats import fmt, fmt_diff, paired_diff
-from benchmarks.quality.tasks_report import by_seed
 
 METRIC = "macro_f1"
 
@@ -111,14 +111,14 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 def size_of(payload: dict[str, Any], path: Path) -> int:
     n = payload.get("settings", {}).get("n")
     if not isinstance(n, int):
-        raise SystemExit(f"{path}: no settings.n; is it a quality_tasks.py JSON?")
+        raise SystemExit(f"{path}: no settings.n; is it a grid.py JSON?")
     return n
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--small", type=Path, required=True, help="a quality_tasks.py JSON at the smaller N")
-    p.add_argument("--large", type=Path, required=True, help="a quality_tasks.py JSON at the larger N")
+    p.add_argument("--small", type=Path, required=True, help="a grid.py JSON at the smaller N")
+    p.add_argument("--large", type=Path, required=True, help="a grid.py JSON at the larger N")
     p.add_argument("--method", default="wasp", help="the method key compared (default wasp)")
     p.add_argument("--tasks", type=int, default=5, help="how many tasks the target counts (default 5)")
     p.add_argument("--need", type=int, default=4, help="tasks that must be no worse (default 4)")

@@ -3,7 +3,7 @@
 A policy implements ``wasp_vllm.pipeline.policy.RoundPolicy`` (the next round's pools from the noisy
 votes, the PLM weights, whether a freshly written sample is kept); it sees only public values, so
 whatever it returns is post-processing of what was released.  Register one here by name and the
-tasks grid measures it as the method ``policy-NAME`` against WASP (``quality_tasks.py --methods
+tasks grid measures it as the method ``policy-NAME`` against WASP (``grid.py --methods
 wasp,policy-NAME``); the harness prepares the run with it (``prepare(cfg, policy=...)``), never through
 ``RunConfig``, and keys the run's record by its name.  A variant becomes an option of the product
 only after the adoption rule (``lever_rule.py``, docs/quality.md) adopts it.

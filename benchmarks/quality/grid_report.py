@@ -1,4 +1,4 @@
-"""The tables, JSON and plots of ``quality_tasks.py``: per task and averaged over tasks, each
+"""The tables, JSON and plots of ``grid.py``: per task and averaged over tasks, each
 method's scores over seeds, the paired differences, and the per-round look of the samples."""
 
 from __future__ import annotations
