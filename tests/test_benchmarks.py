@@ -8,7 +8,6 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -291,6 +290,7 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     without one keeps the key it had before policies existed, and the run is handed an instance of
     the policy, never a setting."""
     from benchmarks.quality import grid, harness, policies
+    from wasp_vllm.api import run_config as api_run_config
     from wasp_vllm.pipeline.policy import DEFAULT_POLICY, PaperPolicy
 
     class StubPolicyForTests(PaperPolicy):  # a stand-in: the harness only hands it on
@@ -302,14 +302,12 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     class HandedOverForTests(Exception):
         pass
 
-    class RunRecordingItsContextForTests:
-        handed: Any = None
+    handed: dict[str, Any] = {}
 
-        def __init__(self, ctx, out, **kwargs) -> None:
-            RunRecordingItsContextForTests.handed = ctx
-
-        def execute(self, overwrite: bool):
-            raise HandedOverForTests
+    def generate_recording_its_arguments_for_tests(private: str, **kwargs: Any) -> None:
+        handed.clear()
+        handed.update(kwargs, private=private)
+        raise HandedOverForTests
 
     monkeypatch.setitem(policies.POLICIES, "stub", ("WASP, stub policy", StubPolicyForTests))
     table = grid.method_table(100)
@@ -324,16 +322,24 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     kept.write_text("{}")
     assert harness.finished_record(method, 0, data, settings) is None  # WASP's run is no twin of it
 
-    monkeypatch.setattr("wasp_vllm.pipeline.Run", RunRecordingItsContextForTests)
-    # prepare makes the privacy plan for the policy it is given, and the run takes both from it.
-    monkeypatch.setattr("wasp_vllm.pipeline.prepare", lambda cfg, policy: SimpleNamespace(policy=policy))
+    # The run goes through the public API: wasp_vllm.generate makes the privacy plan for the policy
+    # it is handed (tests/test_policy.py), with the run's configuration as the record's key holds it.
+    monkeypatch.setattr("wasp_vllm.generate", generate_recording_its_arguments_for_tests)
     pool = type("PoolForTests", (), {"startup_s": {}})()
     with pytest.raises(HandedOverForTests):
-        harness.run_one(method, 0, data, settings, pool, embedder=None)
-    assert isinstance(RunRecordingItsContextForTests.handed.policy, StubPolicyForTests)
+        harness.run_one(method, 0, data, settings, pool, embedder="embedder")
+    assert isinstance(handed["policy"], StubPolicyForTests)
+    assert (
+        handed["config"] == harness.run_config(method, 0, data, settings)
+        and handed["private"] == data.private
+    )
+    # generate runs that configuration as it is (its S is not fitted again): the run is its record's key
+    assert api_run_config(data.private, handed["config"], {}) == handed["config"]
+    assert handed["backends"].engine_factory is pool and handed["backends"].embedder == "embedder"
+    assert handed["record_throughput"] is False and handed["overwrite"] is True
     with pytest.raises(HandedOverForTests):
         harness.run_one(wasp, 0, data, settings, pool, embedder=None)
-    assert RunRecordingItsContextForTests.handed.policy is DEFAULT_POLICY  # the paper's
+    assert handed["policy"] is DEFAULT_POLICY  # the paper's
     with pytest.raises(KeyError, match="no experimental policy 'missing'; registered: .*stub"):
         policies.policy_of("missing")
 

@@ -554,7 +554,8 @@ def run_one(
     embedder: Any,
     extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    from wasp_vllm.pipeline import Run, prepare
+    import wasp_vllm
+    from wasp_vllm.pipeline import Backends
     from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 
     record = _record_head(method, seed, data)
@@ -565,9 +566,15 @@ def run_one(
     out = settings.work / f"{method.key.replace(':', '-')}_s{seed}"
     started_before = sum(pool.startup_s.values())
     policy = DEFAULT_POLICY if method.policy is None else policy_of(method.policy)  # an experiment
-    ctx = prepare(cfg, policy=policy)  # sigma for the votes it makes
-    run = Run(ctx, out, engine_factory=pool, embedder=embedder)
-    manifest = run.execute(overwrite=True).to_json()
+    # The public front door, as a user's script calls it: the run's settings as one RunConfig (its S
+    # already fixed, so the run is the configuration its record is keyed by), the engines and
+    # embedder every run shares, the round policy; a benchmark's speed stays out of the throughput
+    # cache that later plans read.
+    result = wasp_vllm.generate(
+        data.private, config=cfg, out=out, overwrite=True, policy=policy,
+        backends=Backends(pool, embedder), record_throughput=False,
+    )  # fmt: skip
+    manifest = result.manifest.to_json()
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup
     record |= score_run(method, seed, data, out, manifest, embedder, extras)
