@@ -348,7 +348,7 @@ def record_path(method: Method, seed: int, data: Data, settings: Settings,
     where the caller has already built it), so a changed default is a new run, never a reuse."""
     if config is None:
         config = run_key_config(method, seed, data, settings)
-    # "quick": the --quick of the one-task script the grid absorbed (6355b16:benchmarks/quality/quality.py);
+    # "quick": the --quick of the one-task script the grid absorbed (84b2c1c:benchmarks/quality/quality.py);
     # every key since holds it as False
     what = {"method": method.key_fields(), "seed": seed, "dataset": data.task, "split": data.split,
             "quick": False, "engine": settings.engine, "config": config}  # fmt: skip
