@@ -192,6 +192,7 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
     """A setting added later, at the value that behaves as before it existed, keeps old records
     valid; any other value (or a changed default) is a new key, never a reuse."""
     from benchmarks.quality import harness
+    from wasp_vllm.config.run import REMOVED
 
     data = harness.Data("trec", "validation")
     method = harness.Method("x", "x", "lever", {"strategy": "wasp-no-contrast"})
@@ -205,14 +206,17 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
     changed = [path(later_prompt="zero_shot"), path(label_prior="private"), path(far_votes="auto"),
                path(temperature=0.7), path(label_check="off")]  # fmt: skip
     assert len({as_before, *changed}) == 6
-    # The settings that left RunConfig at tag levers-2026-12 keep the keys of the records made before:
-    # a configuration with them at their last defaults and one without them are the same key.
+    # The settings that left RunConfig at f7b6f4b keep the keys of the records made before: a
+    # configuration with them at their last defaults and one without them are the same key. The one
+    # list of them is the product's; the four every key holds are among them.
     config = harness.run_config(method, 0, data, harness.Settings("vllm", 24, 2, None, tmp_path)).model_dump()
-    gone = {**harness.REMOVED_IN_KEY, **harness.REMOVED_OUT_OF_KEY}
+    unkeyed = REMOVED.difference(harness.REMOVED_IN_KEY)
+    assert set(harness.REMOVED_IN_KEY) < REMOVED and len(unkeyed) == 12
+    gone = {**harness.REMOVED_IN_KEY, **dict.fromkeys(unkeyed, "its last default")}
     before = harness.key_config({**config, **gone})
     assert harness.key_config({k: v for k, v in config.items() if k not in gone}) == before
     assert {k: before[k] for k in harness.REMOVED_IN_KEY} == harness.REMOVED_IN_KEY
-    assert not set(harness.REMOVED_OUT_OF_KEY) & set(before)
+    assert not unkeyed & set(before)
     # Both histograms, as every run released before far_votes existed: the old records stay valid
     # (--far-votes auto makes these two release both, or nothing).
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)

@@ -287,30 +287,16 @@ def run_config(method: Method, seed: int, data: Data, settings: Settings) -> Any
     )
 
 
-#: Settings that left RunConfig at tag levers-2026-12 (issue 58), at the value every record kept since
-#: ran with.  These were in every record's key, and stay there so that those records keep their keys
-#: (a fresh clone resumes from the committed results JSON) ...
+#: Four of the settings that were measured, not adopted and removed (``wasp_vllm.config.run.REMOVED``
+#: names them all), at the value every record kept since ran with: they were in every record's key
+#: when they left RunConfig (at f7b6f4b, issue 58), and stay there so that those records keep their
+#: keys (a fresh clone resumes from the committed results JSON).  The other removed settings were
+#: left out of the key already, whatever value an old configuration gives them.
 REMOVED_IN_KEY: dict[str, Any] = {
     "quality_gate": False,
     "final_vote": False,
     "prompt_style": "paper",
     "label_check_margin": 0.0,
-}
-#: ... and these were left out of the key at these values already (a RunConfig from before the tag
-#: still has them).
-REMOVED_OUT_OF_KEY: dict[str, Any] = {
-    "label_prior_smoothing": 0.0,
-    "label_prior_floor": 0.0,
-    "few_shot_examples": None,
-    "zero_shot_share": 0.0,
-    "voted_samples": "all",
-    "plm_weighting": "votes",
-    "pool_label_filter": 0.0,
-    "pool_far_filter": 0.0,
-    "vote_cluster_size": 0,
-    "pool_per_cluster": 0,
-    "min_sample_logprob": None,
-    "max_sample_logprob": None,
 }
 
 
@@ -318,12 +304,13 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
     """A run's settings as its record key holds them: a setting added after records were first
     kept is left out where its value behaves as before it existed (those records stay valid; any
     other value is a new key)."""
+    from wasp_vllm.config.run import REMOVED
     from wasp_vllm.strategies import get_strategy
 
-    config = {**REMOVED_IN_KEY, **config}
+    unkeyed = REMOVED.difference(REMOVED_IN_KEY)
+    config = {**REMOVED_IN_KEY, **{k: v for k, v in config.items() if k not in unkeyed}}
     strategy = get_strategy(config["strategy"])
     as_before = {
-        **REMOVED_OUT_OF_KEY,
         "later_prompt": strategy.later_prompt.value,  # the method's own
         # both histograms were released before; a method that never votes releases neither
         "far_votes": "on" if strategy.votes else config["far_votes"],
