@@ -85,7 +85,7 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
     ("wasp-private-prior", "WASP, private label prior", {"label_prior": "private"}),
     # Cooler and warmer than the default T = 1 (0.7 is a common chat default). Measured, not adopted:
-    # 0.7 copies the in-context examples more, 1.2 less (docs/levers-not-adopted.md).
+    # 0.7 copies the in-context examples more, 1.2 less (docs/research/levers-not-adopted.md).
     ("wasp-temperature-07", "WASP, sampling temperature 0.7", {"temperature": 0.7}),
     ("wasp-temperature-12", "WASP, sampling temperature 1.2", {"temperature": 1.2}),
     (

@@ -7,10 +7,10 @@ Register one in :data:`POLICIES` and the grid measures it as the method ``policy
 WASP (``python -m benchmarks.quality.grid --methods wasp,policy-NAME``): the harness hands the run a
 fresh instance (``wasp_vllm.generate(..., policy=...)``), never a ``RunConfig`` setting, and keys the
 run's record by its name.  A variant becomes an option of the product only after the adoption rule
-(``lever_rule.py``; docs/levers-not-adopted.md) adopts it.
+(``lever_rule.py``; docs/quality.md) adopts it.
 
 Every policy measured so far was rejected by the rule, and its code left at its verdict; the
-figures stay in docs/levers-not-adopted.md.  Restore one with
+figures stay in docs/research/levers-not-adopted.md.  Restore one with
 ``git show 84b2c1c:benchmarks/quality/policies.py`` (signal-switch, diverse-pools, wide-pools,
 diversity-guard, first-round-pools, no-close-copies, strong-votes; written for that commit's
 script layout, ``import round_stats``).
