@@ -154,5 +154,5 @@ def test_a_policy_that_votes_less_spends_the_whole_budget_on_fewer_less_noisy_vo
 
 @pytest.mark.parametrize("removed", ["quality_gate", "final_vote", "prompt_style", "label_check_margin"])
 def test_a_run_file_that_sets_a_removed_lever_is_told_where_it_went(removed):
-    with pytest.raises(ConfigError, match=f"{removed}: measured, not adopted and removed.*levers-2026-12"):
+    with pytest.raises(ConfigError, match=f"{removed}: measured, not adopted and removed.*f7b6f4b"):
         build_config({removed: 1}, {})

@@ -76,8 +76,8 @@ QUICK_CONFIG = {**RUN_CONFIG, "q": 2, "s": 2}
 #: label prior is a lever).
 AS_PUBLISHED = {"label_prior": "uniform"}
 #: WASP's kept options, each flipped against its defaults (compared as lever − WASP): name, label,
-#: overrides.  Only settings of RunConfig go here; a lever the rule rejected left RunConfig (tag
-#: levers-2026-12 reproduces it) and an experimental one is a round policy, never a setting here.
+#: overrides.  Only settings of RunConfig go here; a lever the rule rejected left RunConfig (commit
+#: f7b6f4b reproduces it) and an experimental one is a round policy, never a setting here.
 LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("wasp-label-check-off", "WASP, label check off", {"label_check": "off"}),
     # The private label prior was the default until 2026-11-29: the grids made before then compare
