@@ -278,8 +278,13 @@ def test_the_one_grid_holds_the_papers_other_studies_beside_the_suite() -> None:
 
     table = grid.method_table(300)
     wasp = table["wasp"][0].overrides
-    for key, change in [("wasp-q1", {"q": 1}), ("wasp-q16", {"q": 16}), ("wasp-n1200", {"n": 1200}),
-                        ("wasp-paper-accountant", {"accountant": "paper"})]:  # fmt: skip
+    changes: dict[str, dict[str, Any]] = {
+        "wasp-q1": {"q": 1},
+        "wasp-q16": {"q": 16},
+        "wasp-n1200": {"n": 1200},
+        "wasp-paper-accountant": {"accountant": "paper"},
+    }
+    for key, change in changes.items():
         method, pair = table[key]
         assert method.overrides == wasp | change and pair == (key, "wasp") and method.m == 300
     method, pair = table["pre-text:gemma3"]
