@@ -9,7 +9,7 @@ export WASP_VLLM_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast lint mutation bench bench-quick bench-render bench-quality bench-hotpate bench-hotpate-yields clean
+.PHONY: demo test test-fast lint docs mutation bench bench-quick bench-render bench-quality bench-hotpate bench-hotpate-yields clean
 
 $(STAMP): pyproject.toml
 	@echo "setting up .venv with the $(BUILD) build of vLLM"
@@ -49,27 +49,36 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports  # the layers of docs/ARCHITECTURE.md (pyproject.toml)
 
+# The API reference, from the docstrings: pdoc renders the package and each sub-package (a package's
+# __all__ is its public API; of one without, every module) into build/api (git-ignored). Offline,
+# about 30 s on 2 cores; tests/test_api_reference.py builds the same and checks every link in it.
+API_MODULES := wasp_vllm $(subst /,.,$(patsubst %/__init__.py,%,$(wildcard wasp_vllm/*/__init__.py)))
+docs: $(STAMP)
+	rm -rf build/api
+	$(BIN)/python -m pdoc --docformat restructuredtext --output-directory build/api $(API_MODULES)
+	@echo "the API reference: build/api/index.html"
+
 mutation: $(STAMP)  # the broad mutation score of privacy/ and the store (slow; CI runs the curated list)
 	PYTHON=$(abspath $(BIN))/python $(BIN)/mutmut run; $(BIN)/mutmut results | tail -n 40
 
 BENCH := engine_overhead reference_loop pipeline_stages topq_search served model_dtype engine_cores engine_processes
 bench: $(STAMP)  # full size: tens of minutes on 2 cores
-	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py || exit 1; done
+	for b in $(BENCH); do $(BIN)/python -m benchmarks.$$b || exit 1; done
 
 bench-quick: $(STAMP)
-	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py --quick || exit 1; done
+	for b in $(BENCH); do $(BIN)/python -m benchmarks.$$b --quick || exit 1; done
 
 bench-render: $(STAMP)  # re-render results/*.md and *.png from their JSON, measuring nothing
-	for b in $(BENCH); do $(BIN)/python benchmarks/$$b.py --from-json benchmarks/results/$$b.json || exit 1; done
+	for b in $(BENCH); do $(BIN)/python -m benchmarks.$$b --from-json benchmarks/results/$$b.json || exit 1; done
 
-bench-quality: $(STAMP)
-	$(BIN)/python benchmarks/quality/quality.py
+bench-quality: $(STAMP)  # the test table of docs/quality.md: it resumes from results/quality_tasks.json
+	$(BIN)/python -m benchmarks.quality.grid --split test --seeds 3 --work runs/bench-tasks-test --name quality_tasks
 
 bench-hotpate: $(STAMP)
-	$(BIN)/python benchmarks/hotpate/hotpate_coverage.py
+	$(BIN)/python -m benchmarks.hotpate.hotpate_coverage
 
 bench-hotpate-yields: $(STAMP)  # private-token yields per accounting and epsilon (replay; --runs adds real runs)
-	$(BIN)/python benchmarks/hotpate/hotpate_yields.py
+	$(BIN)/python -m benchmarks.hotpate.hotpate_yields
 
 clean:
 	rm -rf $(VENV) .cache runs

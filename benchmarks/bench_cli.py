@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from report import REPO, RESULTS
+from benchmarks.report import RESULTS
 
 
 def parser(doc: str | None, name: str) -> argparse.ArgumentParser:
@@ -29,10 +28,7 @@ def override(settings: Any, **values: Any) -> Any:
 
 
 def setup_logging() -> None:
-    """Offline model cache of this checkout, INFO logging, quiet libraries."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("WASP_VLLM_CACHE", str(REPO / ".cache"))
+    """INFO logging, quiet libraries (the offline model cache is set by importing ``benchmarks``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("vllm", "httpx", "sentence_transformers", "transformers", "faiss"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -52,7 +48,7 @@ def measure_or_load(
     measure: Callable[[Any], dict[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
     """The saved payload of ``--from-json``, or a new one: ``settings()`` measured by ``measure``."""
-    import report
+    from benchmarks import report
 
     if args.from_json:
         return dict(report.read_json(args.from_json))
@@ -71,7 +67,7 @@ def plm_variants_main(
     """``main`` of a benchmark that times each PLM's engine in two variants (model_dtype.py,
     engine_cores.py): :func:`workload_parser` plus ``--plms`` and ``--name``;
     ``defaults(quick)`` is its sizes before the command line's overrides."""
-    import report
+    from benchmarks import report
 
     name = Path(script).stem
     p = workload_parser(doc, name)

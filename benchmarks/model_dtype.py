@@ -8,7 +8,7 @@ new tokens, the calls alternating (order rotated every repetition) with the pref
 before each.  Reported: median tokens/s per type and the paired float32/bfloat16 ratio by wall time
 and by CPU time, with the CPU's flags and what ``auto`` picks here.
 
-    python benchmarks/model_dtype.py [--quick] [--plms smollm2,gemma3] [--out benchmarks/results] [--name N]
+    python -m benchmarks.model_dtype [--quick] [--plms smollm2,gemma3] [--out benchmarks/results] [--name N]
 
 writes ``model_dtype.{md,json,png}`` (``model_dtype_amx.*``: the same on a CPU with AMX);
 ``--from-json FILE`` re-renders a saved result.
@@ -21,11 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_cli  # noqa: E402
-import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
-import report  # noqa: E402
+from benchmarks import bench_cli, report
+from benchmarks import gen_workload as gw
 
 TITLE = "PLM number type: float32 against bfloat16 on vLLM"
 DTYPES = ("bfloat16", "float32")

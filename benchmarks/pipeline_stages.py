@@ -9,7 +9,7 @@ embedder's load, which this script does before the run.  Nothing is patched or w
 every stage as a share of wall time, and the non-generation total (prompt building, embedding,
 voting incl. the exact Top-Q search, I/O); the issue's target, <= 5 % at N=6000, is for a GPU box.
 
-    python benchmarks/pipeline_stages.py [--quick] [--out benchmarks/results]
+    python -m benchmarks.pipeline_stages [--quick] [--out benchmarks/results]
 
 writes ``pipeline_stages.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
 """
@@ -26,10 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_cli  # noqa: E402
-import report  # noqa: E402 - the benchmarks' own helper, next to this file
+from benchmarks import bench_cli, report
 
 NAME = "pipeline_stages"
 TITLE = "Stages of a whole WASP run: the non-generation share"

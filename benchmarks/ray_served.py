@@ -15,7 +15,7 @@ alternate (order rotated every repetition) and every prefix cache is reset befor
 Start-up is timed for each: the in-process engine; ``ray start``; each application until Ray
 Serve reports it RUNNING.
 
-    python benchmarks/ray_served.py [--quick] [--out benchmarks/results]
+    python -m benchmarks.ray_served [--quick] [--out benchmarks/results]
 
 writes ``ray_served.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
 """
@@ -31,12 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.ray_cluster: the loopback cluster
-
-import bench_cli  # noqa: E402
-import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
-import report  # noqa: E402
+from benchmarks import bench_cli, report
+from benchmarks import gen_workload as gw
 
 NAME = "ray_served"
 TITLE = "Ray Serve (ray.serve.llm + OpenAIEngine) against in-process generation; one replica against two"

@@ -8,7 +8,7 @@ contrastive prompts of task "drugs") and exactly the same number of new tokens p
 (``min_new_tokens == max_new_tokens``, no stop strings), so tokens/s compare directly; the three
 alternate in one process, order rotated every repetition, and the ratios are of their medians.
 
-    python benchmarks/reference_loop.py [--quick] [--out benchmarks/results]
+    python -m benchmarks.reference_loop [--quick] [--out benchmarks/results]
 
 writes ``reference_loop.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
 """
@@ -24,11 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_cli  # noqa: E402
-import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
-import report  # noqa: E402
+from benchmarks import bench_cli, report
+from benchmarks import gen_workload as gw
 
 NAME = "reference_loop"
 TITLE = "vLLM engine vs hf engine vs a reference-style generation loop"

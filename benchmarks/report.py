@@ -80,9 +80,12 @@ def machine() -> dict[str, Any]:
 
 
 def command(script: str, argv: Sequence[str]) -> str:
-    """The command line that reproduces a run, from the repository root."""
+    """The command line that reproduces a run, from the repository root: ``python -m`` and the
+    script's module (``benchmarks/quality/grid.py`` -> ``benchmarks.quality.grid``)."""
     path = Path(script).resolve()
-    return shlex.join(["python", str(path.relative_to(REPO) if path.is_relative_to(REPO) else path), *argv])
+    if not path.is_relative_to(REPO):
+        return shlex.join(["python", str(path), *argv])
+    return shlex.join(["python", "-m", ".".join(path.relative_to(REPO).with_suffix("").parts), *argv])
 
 
 def start(script: str, argv: Sequence[str], settings: dict[str, Any]) -> dict[str, Any]:

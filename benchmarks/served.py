@@ -14,7 +14,7 @@ call (``LLM.reset_prefix_cache``; ``POST /reset_prefix_cache`` on the servers, w
 ``VLLM_SERVER_DEV_MODE=1`` enables).  Reported: median tokens/s of each, the served/in-process
 and two/one replica ratios (medians of the per-repetition ratios), and tokens per CPU-second.
 
-    python benchmarks/served.py [--quick] [--out benchmarks/results]
+    python -m benchmarks.served [--quick] [--out benchmarks/results]
 
 writes ``served.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
 """
@@ -29,12 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.vllm_servers: how a user runs them
-
-import bench_cli  # noqa: E402
-import gen_workload as gw  # noqa: E402 - the benchmarks' own helpers, next to this file
-import report  # noqa: E402
+from benchmarks import bench_cli, report
+from benchmarks import gen_workload as gw
 
 NAME = "served"
 TITLE = "Served (vllm serve + OpenAIEngine) against in-process generation; one replica against two"

@@ -8,7 +8,7 @@ time as a ratio of FAISS's, and the share of rows on which it returns exactly FA
 Combinations expected (from the smaller ones) to exceed ~60 s or ~8 GB are skipped and marked so.
 On a GPU, FAISS GPU and torch on CUDA are measured too.
 
-    python benchmarks/topq_search.py [--quick] [--out benchmarks/results]
+    python -m benchmarks.topq_search [--quick] [--out benchmarks/results]
 
 writes ``topq_search.{md,json,png}``; ``--from-json FILE`` re-renders a saved result.
 """
@@ -27,10 +27,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_cli  # noqa: E402
-import report  # noqa: E402 - the benchmarks' own helper, next to this file
+from benchmarks import bench_cli, report
 
 NAME = "topq_search"
 TITLE = "Exact Top-Q search: FAISS with rescoring against brute force"

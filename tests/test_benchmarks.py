@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path[:0] = [str(BENCH), str(BENCH / "quality"), str(BENCH / "hotpate")]  # the scripts' own folders
+from benchmarks import engine_overhead, gen_workload, pipeline_stages, reference_loop, report, topq_search
 
-import engine_overhead  # noqa: E402
-import gen_workload  # noqa: E402
-import pipeline_stages  # noqa: E402
-import reference_loop  # noqa: E402
-import report  # noqa: E402
-import topq_search  # noqa: E402
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 SCRIPTS = {m.NAME: m for m in (engine_overhead, pipeline_stages, reference_loop, topq_search)}
 
@@ -39,9 +31,13 @@ def test_table_and_header() -> None:
     assert report.median([3.0, 1.0, 2.0]) == 2.0 and report.ratio(1.0, 0.0) != report.ratio(1.0, 0.0)
 
 
-def test_command_is_relative_to_the_repository() -> None:
+def test_command_runs_the_script_as_a_module_of_the_repository() -> None:
     assert report.command(str(BENCH / "topq_search.py"), ["--quick", "--out", "a b"]) == (
-        "python benchmarks/topq_search.py --quick --out 'a b'"
+        "python -m benchmarks.topq_search --quick --out 'a b'"
+    )
+    assert (
+        report.command(str(BENCH / "quality" / "lever_rule.py"), [])
+        == "python -m benchmarks.quality.lever_rule"
     )
 
 
@@ -55,7 +51,7 @@ def test_committed_results_re_render(name: str, tmp_path: Path) -> None:
     saved = BENCH / "results" / f"{name}.json"
     assert SCRIPTS[name].main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
     md = (tmp_path / f"{name}.md").read_text()
-    assert md.splitlines()[2] == f"Reproduce: `python benchmarks/{name}.py --quick`"
+    assert md.splitlines()[2] == f"Reproduce: `python -m benchmarks.{name} --quick`"
     assert "earlier combined throughput run" in md and f"![{name}]({name}.png)" in md
     assert (tmp_path / f"{name}.png").stat().st_size > 5000
     assert json.loads((tmp_path / f"{name}.json").read_text()) == json.loads(saved.read_text())
@@ -144,7 +140,7 @@ def test_interleave_rotates_the_order() -> None:
 
 def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_seed():
     """quality_tasks' arithmetic, on made-up scores (its slow test runs the real harness on one task)."""
-    import tasks_report
+    from benchmarks.quality import grid_report
 
     def run(task: str, method: str, seed: int, f1: float) -> dict:
         return {"task": task, "method": method, "seed": seed, "macro_f1": f1, "accuracy": f1,
@@ -155,13 +151,13 @@ def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_see
     runs = [run(t, m, seed, f1s[seed]) for (t, m), f1s in scores.items() for seed in (0, 1)]
     runs.append({**run("trec", "wasp", 2, 0.9), "error": "crashed"})  # a failed run is left out
     runs.append(run("tweets", "wasp", 2, 0.9))  # seed 2 only on one task: not averaged
-    tasks = tasks_report.per_task(runs)
+    tasks = grid_report.per_task(runs)
     assert tasks["trec"]["wasp"]["seeds"] == [0, 1] and tasks["tweets"]["wasp"]["seeds"] == [0, 1, 2]
-    average = tasks_report.averaged(tasks, ["tweets", "trec"], ["wasp", "fusegen", "aug-pe"])
+    average = grid_report.averaged(tasks, ["tweets", "trec"], ["wasp", "fusegen", "aug-pe"])
     assert set(average) == {"wasp", "fusegen"}  # a method missing on a task has no average
     assert average["wasp"]["seeds"] == [0, 1] and average["wasp"]["macro_f1"] == pytest.approx([0.4, 0.4])
     assert average["wasp"]["label_agreement"] == [None, None]
-    paired = tasks_report.paired_all(tasks, average, [{"versus": ("wasp", "fusegen")}])
+    paired = grid_report.paired_all(tasks, average, [{"versus": ("wasp", "fusegen")}])
     tweets = paired["tweets"]["wasp − fusegen"]["macro_f1"]
     assert tweets["seeds"] == [0, 1] and tweets["diffs"] == pytest.approx([0.1, 0.3])
     assert tweets["verdict"] == "gap"  # mean 0.2, std 0.14
@@ -174,7 +170,7 @@ def test_the_tasks_benchmark_averages_each_seed_over_every_task_and_pairs_by_see
 
 def test_label_drift_pools_a_round_over_its_plms_and_pairs_last_with_first_by_seed():
     """issue 22's "label agreement does not fall over the rounds", on made-up round tables."""
-    import tasks_report
+    from benchmarks.quality import grid_report
 
     def entry(rnd: int, plm: str, n: int, agreement: float | None) -> dict:
         return {"round": rnd, "plm": plm, "n": n, "label_agreement": agreement}
@@ -185,7 +181,7 @@ def test_label_drift_pools_a_round_over_its_plms_and_pairs_last_with_first_by_se
         return {"task": "trec", "method": "wasp", "seed": seed, "rounds": rounds}
 
     runs = [run(0, 0.8), run(1, 0.4), {"task": "trec", "method": "only-private", "seed": 0}]
-    drift = tasks_report.label_drift(runs)
+    drift = grid_report.label_drift(runs)
     assert list(drift["trec"]) == ["wasp"]  # a method without rounds has no drift
     wasp = drift["trec"]["wasp"]
     assert wasp["seeds"] == [0, 1] and wasp["diffs"] == pytest.approx([0.1, -0.2])
@@ -195,7 +191,8 @@ def test_label_drift_pools_a_round_over_its_plms_and_pairs_last_with_first_by_se
 def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp_path: Path) -> None:
     """A setting added later, at the value that behaves as before it existed, keeps old records
     valid; any other value (or a changed default) is a new key, never a reuse."""
-    import harness
+    from benchmarks.quality import harness
+    from wasp_vllm.config.run import REMOVED
 
     data = harness.Data("trec", "validation")
     method = harness.Method("x", "x", "lever", {"strategy": "wasp-no-contrast"})
@@ -209,14 +206,17 @@ def test_the_run_cache_key_holds_new_settings_only_where_they_change_the_run(tmp
     changed = [path(later_prompt="zero_shot"), path(label_prior="private"), path(far_votes="auto"),
                path(temperature=0.7), path(label_check="off")]  # fmt: skip
     assert len({as_before, *changed}) == 6
-    # The settings that left RunConfig at tag levers-2026-12 keep the keys of the records made before:
-    # a configuration with them at their last defaults and one without them are the same key.
+    # The settings that left RunConfig at f7b6f4b keep the keys of the records made before: a
+    # configuration with them at their last defaults and one without them are the same key. The one
+    # list of them is the product's; the four every key holds are among them.
     config = harness.run_config(method, 0, data, harness.Settings("vllm", 24, 2, None, tmp_path)).model_dump()
-    gone = {**harness.REMOVED_IN_KEY, **harness.REMOVED_OUT_OF_KEY}
+    unkeyed = REMOVED.difference(harness.REMOVED_IN_KEY)
+    assert set(harness.REMOVED_IN_KEY) < REMOVED and len(unkeyed) == 12
+    gone = {**harness.REMOVED_IN_KEY, **dict.fromkeys(unkeyed, "its last default")}
     before = harness.key_config({**config, **gone})
     assert harness.key_config({k: v for k, v in config.items() if k not in gone}) == before
     assert {k: before[k] for k in harness.REMOVED_IN_KEY} == harness.REMOVED_IN_KEY
-    assert not set(harness.REMOVED_OUT_OF_KEY) & set(before)
+    assert not unkeyed & set(before)
     # Both histograms, as every run released before far_votes existed: the old records stay valid
     # (--far-votes auto makes these two release both, or nothing).
     settings = harness.Settings("vllm", 24, 2, None, tmp_path)
@@ -239,7 +239,7 @@ def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(t
     the default) and today's ``wasp`` are one run: ``wasp`` reuses the lever's record under its own
     name. A method whose configuration differs in anything (the private prior, another M) is no twin
     and runs."""
-    import harness
+    from benchmarks.quality import harness
 
     data = harness.Data("trec", "validation")
     wasp = harness.Method("wasp", "WASP", "main", {})
@@ -271,6 +271,26 @@ def test_a_run_kept_under_another_method_with_the_same_configuration_is_reused(t
     assert record["cache_key"] == kept.name  # a fresh clone restores it under the key it was kept by
 
 
+def test_the_one_grid_holds_the_papers_other_studies_beside_the_suite() -> None:
+    """Q, the paper's accountant, a larger N and Pre-Text per PLM (once the one-task script's rows)
+    are methods of the one grid: each a change to WASP (or to federated WASP's pair) and nothing else."""
+    from benchmarks.quality import grid
+
+    table = grid.method_table(300)
+    wasp = table["wasp"][0].overrides
+    changes: dict[str, dict[str, Any]] = {
+        "wasp-q1": {"q": 1},
+        "wasp-q16": {"q": 16},
+        "wasp-n1200": {"n": 1200},
+        "wasp-paper-accountant": {"accountant": "paper"},
+    }
+    for key, change in changes.items():
+        method, pair = table[key]
+        assert method.overrides == wasp | change and pair == (key, "wasp") and method.m == 300
+    method, pair = table["pre-text:gemma3"]
+    assert method.overrides["plms"] == ["gemma3"] and pair == ("wasp-federated", "pre-text:gemma3")
+
+
 def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -278,10 +298,8 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     settings: its record key holds the policy's name (another run, never WASP's twin), a method
     without one keeps the key it had before policies existed, and the run is handed an instance of
     the policy, never a setting."""
-    import harness
-    import policies
-    import quality_tasks
-
+    from benchmarks.quality import grid, harness, policies
+    from wasp_vllm.api import run_config as api_run_config
     from wasp_vllm.pipeline.policy import DEFAULT_POLICY, PaperPolicy
 
     class StubPolicyForTests(PaperPolicy):  # a stand-in: the harness only hands it on
@@ -293,17 +311,15 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     class HandedOverForTests(Exception):
         pass
 
-    class RunRecordingItsContextForTests:
-        handed: Any = None
+    handed: dict[str, Any] = {}
 
-        def __init__(self, ctx, out, **kwargs) -> None:
-            RunRecordingItsContextForTests.handed = ctx
-
-        def execute(self, overwrite: bool):
-            raise HandedOverForTests
+    def generate_recording_its_arguments_for_tests(private: str, **kwargs: Any) -> None:
+        handed.clear()
+        handed.update(kwargs, private=private)
+        raise HandedOverForTests
 
     monkeypatch.setitem(policies.POLICIES, "stub", ("WASP, stub policy", StubPolicyForTests))
-    table = quality_tasks.method_table(100)
+    table = grid.method_table(100)
     (method, pair), wasp = table["policy-stub"], table["wasp"][0]
     assert method.policy == "stub" and pair == ("policy-stub", "wasp") and method.overrides == wasp.overrides
     assert "policy" not in wasp.key_fields() and method.key_fields()["policy"] == "stub"
@@ -315,247 +331,51 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     kept.write_text("{}")
     assert harness.finished_record(method, 0, data, settings) is None  # WASP's run is no twin of it
 
-    monkeypatch.setattr("wasp_vllm.pipeline.Run", RunRecordingItsContextForTests)
-    # prepare makes the privacy plan for the policy it is given, and the run takes both from it.
-    monkeypatch.setattr("wasp_vllm.pipeline.prepare", lambda cfg, policy: SimpleNamespace(policy=policy))
+    # The run goes through the public API: wasp_vllm.generate makes the privacy plan for the policy
+    # it is handed (tests/test_policy.py), with the run's configuration as the record's key holds it.
+    monkeypatch.setattr("wasp_vllm.generate", generate_recording_its_arguments_for_tests)
     pool = type("PoolForTests", (), {"startup_s": {}})()
     with pytest.raises(HandedOverForTests):
-        harness.run_one(method, 0, data, settings, pool, embedder=None)
-    assert isinstance(RunRecordingItsContextForTests.handed.policy, StubPolicyForTests)
+        harness.run_one(method, 0, data, settings, pool, embedder="embedder")
+    assert isinstance(handed["policy"], StubPolicyForTests)
+    assert (
+        handed["config"] == harness.run_config(method, 0, data, settings)
+        and handed["private"] == data.private
+    )
+    # generate runs that configuration as it is (its S is not fitted again): the run is its record's key
+    assert api_run_config(data.private, handed["config"], {}) == handed["config"]
+    assert handed["backends"].engine_factory is pool and handed["backends"].embedder == "embedder"
+    assert handed["record_throughput"] is False and handed["overwrite"] is True
     with pytest.raises(HandedOverForTests):
         harness.run_one(wasp, 0, data, settings, pool, embedder=None)
-    assert RunRecordingItsContextForTests.handed.policy is DEFAULT_POLICY  # the paper's
+    assert handed["policy"] is DEFAULT_POLICY  # the paper's
     with pytest.raises(KeyError, match="no experimental policy 'missing'; registered: .*stub"):
         policies.policy_of("missing")
 
 
-def test_the_signal_switch_falls_back_to_zero_shot_and_even_plms_only_where_the_votes_are_noise() -> None:
-    """Votes that are noise alone (signal share about 0) give no pools and even PLM shares; votes far
-    above their public sigma give the paper's pools and weights."""
-    import policies
+def test_every_run_of_the_committed_test_grid_is_found_under_the_key_it_was_kept_by() -> None:
+    """The headline grid (results/quality_tasks.json, every task, test splits) resumes on a fresh
+    clone only while the harness keys each of its runs as it did when the run was kept: the same
+    method table, settings and removed-setting values give the same record name, run by run."""
+    from benchmarks.quality import grid, harness
 
-    from wasp_vllm.pipeline.policy import PaperPolicy, VotedSamples
-    from wasp_vllm.privacy.voting import NoisyVotes
-
-    rng = np.random.default_rng(0)
-    n, sigma = 400, 3.0
-    samples = VotedSamples(
-        texts=[f"s{i}" for i in range(n)], labels=np.arange(n) % 2, plms=(np.arange(n) // 2) % 2,
-        embeddings=np.zeros((n, 4), np.float32), rounds=np.zeros(n, int), n_labels=2, n_plms=2,
-    )  # fmt: skip
-    switch, paper = policies.policy_of("signal-switch"), PaperPolicy()
-    noise = NoisyVotes(rng.normal(0, sigma, n), rng.normal(0, sigma, n), sigma, 8)
-    assert policies.signal_share(noise) < 0.1
-    pools = switch.pools(noise, samples, 4)
-    assert all(p.size == 0 for p in [*pools.good.values(), *pools.bad.values()])
-    np.testing.assert_allclose(switch.plm_weights(noise, samples, np.array([0.9, 0.1])), [0.5, 0.5])
-    signal = np.where(samples.plms == 0, 40.0, 0.0) * rng.random(n)
-    strong = NoisyVotes(signal + rng.normal(0, sigma, n), rng.normal(0, sigma, n), sigma, 8)
-    assert policies.signal_share(strong) > 0.8
-    chosen, expected = switch.pools(strong, samples, 4), paper.pools(strong, samples, 4)
-    assert all(np.array_equal(chosen.good[c], expected.good[c]) for c in range(2))
-    prev = np.array([0.5, 0.5])
-    np.testing.assert_allclose(
-        switch.plm_weights(strong, samples, prev), paper.plm_weights(strong, samples, prev)
-    )
-
-
-def test_diverse_pools_spread_each_labels_examples_among_its_best_voted() -> None:
-    """Among a label's 2S best voted, near-copies of the best are passed over for samples unlike it;
-    nothing outside the 2S best is shown."""
-    import policies
-
-    from wasp_vllm.pipeline.policy import VotedSamples
-    from wasp_vllm.privacy.voting import NoisyVotes
-
-    # label 0 at S = 2: rows 0-2 near-copies (the best voted), row 3 another direction, rows 4-5
-    # unlike all of them but voted least (outside the 2S = 4 best); label 1: row 6 alone
-    emb = np.array([[1, 0], [1, 0.01], [1, 0.02], [0, 1], [0.7, 0.7], [-1, 0], [0, -1]], np.float32)
-    votes = np.array([9.0, 8.0, 7.0, 6.0, 1.0, 0.5, 5.0])
-    labels = np.array([0, 0, 0, 0, 0, 0, 1])
-    samples = VotedSamples(texts=[f"s{i}" for i in range(7)], labels=labels, plms=np.zeros(7, int),
-                           embeddings=emb, rounds=np.zeros(7, int), n_labels=2, n_plms=1)  # fmt: skip
-    chosen = policies.policy_of("diverse-pools").pools(NoisyVotes(votes, None, 1.0, 8), samples, 2)
-    assert chosen.good[0].tolist() == [0, 3]  # the best voted, then the least like it of the best 4
-    assert chosen.good[1].tolist() == [6]
-    paper = policies.PaperPolicy().pools(NoisyVotes(votes, None, 1.0, 8), samples, 2)
-    assert paper.good[0].tolist() == [0, 1]  # the paper shows two near-copies
-    assert policies.spread_out(np.array([4, 2]), emb, 3).tolist() == [4, 2]  # fewer than S: all
-
-
-def test_wide_pools_hold_each_labels_4s_best_voted_and_prompts_draw_more_than_s() -> None:
-    """The pool is the label's 4S best voted, best first (nothing voted less); a label's example
-    draws then show more than S distinct samples, where the paper's pool shows the same S."""
-    import policies
-
-    from wasp_vllm.pipeline.policy import VotedSamples
-    from wasp_vllm.privacy.voting import NoisyVotes
-    from wasp_vllm.strategies import STRATEGIES, PromptKind
-
-    n, s = 100, 2
-    votes = NoisyVotes(np.arange(n, dtype=float)[::-1].copy(), np.zeros(n), 1.0, 8)  # row 0 best
-    samples = VotedSamples(texts=[f"s{i}" for i in range(n)], labels=np.arange(n) % 2,
-                           plms=np.zeros(n, int), embeddings=np.zeros((n, 4), np.float32),
-                           rounds=np.zeros(n, int), n_labels=2, n_plms=1)  # fmt: skip
-    chosen = policies.policy_of("wide-pools").pools(votes, samples, s)
-    assert chosen.good[0].tolist() == [0, 2, 4, 6, 8, 10, 12, 14]
-    assert chosen.good[1].tolist() == [1, 3, 5, 7, 9, 11, 13, 15]
-    assert not set(chosen.bad[0].tolist()) & set(chosen.good[0].tolist())
-    rng, wasp = np.random.default_rng(0), STRATEGIES["wasp"]
-    for pool, at_least in [
-        (chosen.good[0], s + 1),
-        (policies.PaperPolicy().pools(votes, samples, s).good[0], s),
-    ]:
-        texts = [samples.texts[i] for i in pool]
-        shown = {x for _ in range(4) for x in wasp.draw_examples(PromptKind.FEW_SHOT, texts, [], s, rng)[0]}
-        assert len(shown) >= at_least and (len(shown) == s) == (len(pool) == s)
-
-
-def test_the_diversity_guard_writes_zero_shot_after_a_round_narrower_than_round_0() -> None:
-    """Round 1 near-copies of one sample per label (same-label cosine about 1, round 0's about 0):
-    no pools and even PLM shares. Round 1 as spread as round 0, or only round 0 voted: the paper's."""
-    import policies
-
-    from wasp_vllm.pipeline.policy import PaperPolicy, VotedSamples
-    from wasp_vllm.privacy.voting import NoisyVotes
-
-    rng = np.random.default_rng(0)
-    n, dim = 40, 16
-    spread = rng.normal(size=(2 * n, dim)).astype(np.float32)  # random directions: cosine about 0
-    one_per_label = rng.normal(size=(2, dim))[np.arange(2 * n) % 2]  # each label's samples like one
-    copies = (one_per_label + 0.01 * rng.normal(size=(2 * n, dim))).astype(np.float32)
-
-    def samples(round_1: np.ndarray, rounds: np.ndarray) -> VotedSamples:
-        emb = np.concatenate([spread, round_1])[: len(rounds)]
-        return VotedSamples(texts=[f"s{i}" for i in range(len(rounds))], labels=np.arange(len(rounds)) % 2,
-                            plms=np.arange(len(rounds)) // 2 % 2, embeddings=emb, rounds=rounds,
-                            n_labels=2, n_plms=2)  # fmt: skip
-
-    two_rounds = np.repeat([0, 1], 2 * n)
-    h_near, h_far = rng.normal(size=4 * n), rng.normal(size=4 * n)
-    votes = NoisyVotes(h_near, h_far, 1.0, 8)
-    guard, paper, prev = policies.policy_of("diversity-guard"), PaperPolicy(), np.array([0.5, 0.5])
-    narrow = samples(copies, two_rounds)
-    near_copies, spread_out = policies.cosine_of_round(narrow, 1), policies.cosine_of_round(narrow, 0)
-    assert near_copies is not None and spread_out is not None and near_copies > 0.9 > 0.1 > abs(spread_out)
-    pools = guard.pools(votes, narrow, 4)
-    assert all(p.size == 0 for p in [*pools.good.values(), *pools.bad.values()])
-    np.testing.assert_allclose(guard.plm_weights(votes, narrow, np.array([0.9, 0.1])), [0.5, 0.5])
-    wide = samples(rng.normal(size=(2 * n, dim)).astype(np.float32), two_rounds)
-    first = NoisyVotes(h_near[: 2 * n], h_far[: 2 * n], 1.0, 8)  # round 0's vote alone
-    for case, vote in [(wide, votes), (samples(spread, np.zeros(2 * n, int)), first)]:
-        chosen, expected = guard.pools(vote, case, 4), paper.pools(vote, case, 4)
-        assert all(np.array_equal(chosen.good[c], expected.good[c]) and chosen.good[c].size for c in range(2))
-        np.testing.assert_allclose(guard.plm_weights(vote, case, prev), paper.plm_weights(vote, case, prev))
-
-
-def test_first_round_pools_show_round_0s_best_by_the_sum_of_every_vote_so_far() -> None:
-    """Round 1 holds the best voted of the second vote, yet the pool is round 0's alone; the first
-    vote ranks round 0's rows one way, the second ranks them the other way more weakly, and the
-    sum of both (not the last vote) decides the order."""
-    import policies
-
-    from wasp_vllm.pipeline.policy import VotedSamples
-    from wasp_vllm.privacy.voting import NoisyVotes
-
-    n, s = 20, 1  # widen 4: each label's pool holds 4 of round 0's 10 samples of the label
-
-    def samples(rounds: np.ndarray, name: str = "s") -> VotedSamples:
-        rows = len(rounds)
-        return VotedSamples(texts=[f"{name}{i}" for i in range(rows)], labels=np.arange(rows) % 2,
-                            plms=np.zeros(rows, int), embeddings=np.zeros((rows, 4), np.float32),
-                            rounds=rounds, n_labels=2, n_plms=1)  # fmt: skip
-
-    policy, up = policies.policy_of("first-round-pools"), np.arange(n, dtype=float)
-    first = policy.pools(NoisyVotes(up, None, 1.0, 8), samples(np.zeros(n, int)), s)
-    assert first.good[0].tolist() == [18, 16, 14, 12]  # one vote: its own order
-    second_vote = np.concatenate([-0.5 * up, np.full(n, 100.0)])  # round 1 voted far above all
-    second = policy.pools(NoisyVotes(second_vote, None, 1.0, 8), samples(np.repeat([0, 1], n)), s)
-    assert second.good[0].tolist() == [18, 16, 14, 12]  # 0.5 * up: the first vote still leads
-    assert second.good[1].tolist() == [19, 17, 15, 13]
-    with pytest.raises(ValueError, match="round 0's samples changed"):
-        policy.pools(NoisyVotes(up, None, 1.0, 8), samples(np.zeros(n, int), name="other"), s)
-
-
-def test_no_close_copies_turns_down_a_sample_nearer_its_examples_than_round_0s_samples_to_each_other():
-    """Round 0: label 0's samples lie at cosine 0.6 from each other, label 1's at 0.2 (one axis each
-    plus their own); the ceiling is the quantile of those nearest-neighbour cosines. The embedder is
-    a test double: the subject is which examples a prompt shows and the comparison."""
-    import policies
-
-    from wasp_vllm.pipeline.policy import VotedSamples
-    from wasp_vllm.privacy.voting import NoisyVotes
-
-    n = 8
-    labels = np.arange(n) % 2
-    embeddings = np.zeros((n, 2 + n))
-    embeddings[np.arange(n), labels] = np.where(labels == 0, np.sqrt(0.6), np.sqrt(0.2))
-    embeddings[np.arange(n), 2 + np.arange(n)] = np.where(labels == 0, np.sqrt(0.4), np.sqrt(0.8))
-    texts = [f"the {w} sample of round zero" for w in ("first", "second", "third", "fourth", "fifth",
-                                                         "sixth", "seventh", "eighth")]  # fmt: skip
-    samples = VotedSamples(texts=texts, labels=labels, plms=np.zeros(n, int), embeddings=embeddings,
-                           rounds=np.zeros(n, int), n_labels=2, n_plms=1)  # fmt: skip
-    policy = policies.policy_of("no-close-copies")
-    assert policy.reject(texts[0], "a", f"Example: {texts[0]}") is None  # round 0: nothing chosen yet
-    chosen = policy.pools(NoisyVotes(np.arange(n, dtype=float), None, 1.0, 8), samples, 1)
-    # nearest-neighbour cosines: 0.6 (four rows), 0.2 (four rows); their 0.95 quantile is 0.6
-    assert policy._ceiling == pytest.approx(0.6)
-    shown = texts[int(chosen.good[0][0])]  # label 0's best voted: the seventh
-
-    class OneVector:  # test double of the embedder: every text embeds as ``vec``
-        def __init__(self, vec: np.ndarray) -> None:
-            self.vec = vec
-
-        def encode(self, batch: list[str]) -> np.ndarray:
-            return np.array([self.vec] * len(batch))
-
-    twin = embeddings[int(chosen.good[0][0])] + 0.05 * embeddings[0]  # nearer it than 0.6
-    policy._embedder = OneVector(twin)
-    prompt = f"Write a review like this one.\nExample: {shown}\nReview:"
-    assert policy.reject("a new review", "a", prompt) == "close_copy"
-    assert policy.reject("a new review", "a", "Write a review.\nReview:") is None  # zero-shot: none shown
-    policy._embedder = OneVector(embeddings[1])  # label 1's direction: cosine 0 to the example
-    assert policy.reject("a new review", "a", prompt) is None
-    assert policies.nearest_neighbour_cosine(np.eye(3), np.arange(3), 0.5) == 1.0  # no pair: no ceiling
-
-
-def test_a_signal_switch_that_falls_back_on_every_vote_writes_fusegens_samples(tmp_path: Path) -> None:
-    """Where the switch fires on every vote, the run is FuseGen's (same prompts, seeds and shares,
-    so the same samples): the policy cannot do worse than zero-shot there by construction, and its
-    row in a grid can differ from FuseGen's only through a vote whose signal share reached the
-    threshold. Fake engine and embedder: the subject is which prompts and shares the loop asks for."""
-    import policies
-    import pyarrow.parquet as pq
-
-    from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
-    from tests.privacy_checks import private_texts
-    from wasp_vllm.config import RunConfig
-    from wasp_vllm.pipeline import Run, prepare
-
-    labels = ["positive", "neutral", "negative"]
-    private = tmp_path / "p.csv"
-    rows = [f"{t},{labels[i % 3]}" for i, t in enumerate(private_texts(30, seed=5))]
-    private.write_text("text,label\n" + "\n".join(rows) + "\n")
-    base: dict[str, Any] = dict(plms=["a", "b"], task="drugs", private=str(private), private_limit=None,
-                                n=60, rounds=3, q=2, s=2, noise_seed=1, concurrent=False)  # fmt: skip
-
-    def texts(cfg: RunConfig, out: Path, **policy) -> list[tuple[str, str, str]]:
-        Run(prepare(cfg, **policy), out, engine_factory=lambda name, c: FakeEngineForUnitTests(name),
-            embedder=HashEmbedderForTests()).execute()  # fmt: skip
-        table = pq.read_table(out / "synthetic.parquet", columns=["text", "label", "plm"])
-        return list(zip(*(table.column(c).to_pylist() for c in ("text", "label", "plm")), strict=True))
-
-    fusegen = texts(RunConfig(**base, strategy="fusegen"), tmp_path / "fusegen")
-    always = policies.SignalSwitchPolicy(threshold=2.0)  # a share is at most 1: it always falls back
-    assert texts(RunConfig(**base), tmp_path / "switch", policy=always) == fusegen
-    never = policies.SignalSwitchPolicy(threshold=-1.0)  # never falls back: the paper's WASP
-    assert texts(RunConfig(**base), tmp_path / "wasp", policy=never) != fusegen
+    payload = json.loads((BENCH / "results" / "quality_tasks.json").read_text())
+    s = payload["settings"]
+    table = grid.method_table(s["m"])
+    keyed = [r for r in payload["runs"] if "cache_key" in r and not r.get("scored_from")]
+    assert len(keyed) > 100
+    for run in keyed:
+        data = harness.Data(run["task"], s["split"])
+        cap = grid.token_cap(run["task"], s["max_new_tokens"])
+        settings = harness.Settings(s["engine"], s["n"], s["rounds"], cap, Path("w"), config=s["run_config"])
+        kept_by = harness.record_path(table[run["method"]][0], run["seed"], data, settings).name
+        assert kept_by == run["cache_key"], run["method"]
 
 
 def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
     """restore_records puts a results JSON's finished runs back under the keys they were kept by, so
     the benchmark finds them; a run without a key, or with a name that leaves the cache, is not."""
-    import harness
+    from benchmarks.quality import harness
 
     data = harness.Data("trec", "test")
     method = harness.Method("x", "x", "lever", {"strategy": "wasp-no-contrast"})
@@ -584,7 +404,7 @@ def test_a_fresh_clone_resumes_from_the_results_json(tmp_path: Path) -> None:
 
 
 def test_same_label_similarity_is_the_mean_cosine_over_pairs_of_one_label() -> None:
-    import round_stats
+    from benchmarks.quality import round_stats
 
     vectors = {"a1": [1.0, 0.0], "a2": [2.0, 0.0], "a3": [0.0, 3.0], "b1": [1.0, 1.0], "c1": [0.0, 1.0]}
 
@@ -605,7 +425,8 @@ def test_same_label_similarity_is_the_mean_cosine_over_pairs_of_one_label() -> N
 def test_a_replayed_vote_is_matched_to_its_samples_by_id(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import round_stats
+
+    from benchmarks.quality import round_stats
 
     rounds = tmp_path / "private" / "rounds"
     rounds.mkdir(parents=True)
@@ -639,7 +460,7 @@ class CountingFakeEmbedder:
 def test_the_embedding_store_outlives_the_process(tmp_path: Path) -> None:
     """A second benchmark reads the first one's vectors from the store instead of embedding again,
     and embeds only the texts it has not seen; a half-written shard is never read."""
-    import harness
+    from benchmarks.quality import harness
 
     def embedder(fake: CountingFakeEmbedder, spec: str = "fake") -> harness.CachedEmbedder:
         cached = harness.CachedEmbedder(spec, tmp_path / "store")
@@ -665,7 +486,7 @@ def test_a_generation_made_for_another_split_is_scored_not_run_again(tmp_path: P
     """A run's samples do not depend on the split it is scored on: the test grid scores the
     validation grid's generation of the same configuration, unless its run folder has been
     written over since (another run of the method) or is gone."""
-    import harness
+    from benchmarks.quality import harness
 
     wasp = harness.Method("wasp", "WASP", "main", {})
     val, test = harness.Data("trec", "validation"), harness.Data("trec", "test")
@@ -713,13 +534,13 @@ def test_a_generation_made_for_another_split_is_scored_not_run_again(tmp_path: P
 def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, monkeypatch):
     """A results file's finished runs that a grid did not reproduce (skipped for time, or keyed by
     settings that changed since) stay in it: the grid writes ``NAME-partial`` until it has them all."""
-    import quality_tasks
+    from benchmarks.quality import grid
 
     def fake_outputs(payload, stem):  # the tables themselves are tested elsewhere
         stem.with_suffix(".json").write_text(json.dumps(payload))
         stem.with_name(stem.name + "_junk.png").write_text("")
 
-    monkeypatch.setattr(quality_tasks, "write_outputs", fake_outputs)
+    monkeypatch.setattr(grid, "write_outputs", fake_outputs)
 
     def run(task, method, seed, **more):
         return {"task": task, "method": method, "seed": seed, **more}
@@ -727,7 +548,7 @@ def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, mo
     stem = tmp_path / "grid"
     old = {"runs": [run("trec", "wasp", 0), run("trec", "wasp", 1), run("trec", "fusegen", 0, error="x")]}
     stem.with_suffix(".json").write_text(json.dumps(old))
-    writer = quality_tasks.ResultsWriter(stem)
+    writer = grid.ResultsWriter(stem)
     short = {"runs": [run("trec", "wasp", 0), run("trec", "fusegen", 0)]}
     assert writer.write(short) == tmp_path / "grid-partial"
     assert json.loads(stem.with_suffix(".json").read_text()) == old
@@ -737,12 +558,12 @@ def test_a_grid_that_stopped_short_never_drops_the_results_it_found(tmp_path, mo
     assert writer.write(caught_up) == stem
     assert json.loads(stem.with_suffix(".json").read_text()) == caught_up
     assert not list(tmp_path.glob("grid-partial*"))  # the out-of-date partial tables are gone
-    assert quality_tasks.ResultsWriter(tmp_path / "new").write(short) == tmp_path / "new"
+    assert grid.ResultsWriter(tmp_path / "new").write(short) == tmp_path / "new"
 
 
 @pytest.mark.parametrize("name", ["model_dtype", "model_dtype_amx"])  # an AVX2-only CPU, one with AMX
 def test_number_type_result_re_renders(tmp_path: Path, name: str) -> None:
-    import model_dtype
+    from benchmarks import model_dtype
 
     saved = BENCH / "results" / f"{name}.json"
     assert model_dtype.main(["--from-json", str(saved), "--out", str(tmp_path), "--name", name]) == 0
@@ -754,7 +575,7 @@ def test_number_type_result_re_renders(tmp_path: Path, name: str) -> None:
 
 
 def test_engine_cores_result_re_renders(tmp_path: Path) -> None:
-    import engine_cores
+    from benchmarks import engine_cores
 
     saved = BENCH / "results" / "engine_cores.json"
     assert engine_cores.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
@@ -765,7 +586,7 @@ def test_engine_cores_result_re_renders(tmp_path: Path) -> None:
 
 
 def test_engine_processes_result_re_renders(tmp_path: Path) -> None:
-    import engine_processes
+    from benchmarks import engine_processes
 
     saved = BENCH / "results" / "engine_processes.json"
     assert engine_processes.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0

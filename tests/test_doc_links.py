@@ -1,4 +1,5 @@
-"""Relative links in README.md and docs/*.md name files that exist, and their #anchors name headings."""
+"""Relative links in README.md and docs/ name files that exist, and their #anchors name headings; every
+file under benchmarks/results/ is linked from a page (a result nobody cites is deleted: git keeps it)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+RESULTS = ROOT / "benchmarks" / "results"
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
@@ -53,3 +55,21 @@ def broken_links(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(path: Path) -> None:
     assert broken_links(path) == []
+
+
+def linked_files(pages: list[Path]) -> set[Path]:
+    """Every file a relative link of ``pages`` names (resolved; anchors and web links left out)."""
+    found = set()
+    for page in pages:
+        for target in LINK.findall(prose(page)):
+            name = target.partition("#")[0]
+            if name and not re.match(r"(https?|mailto):", name):
+                found.add((page.parent / name).resolve())
+    return found
+
+
+def test_every_result_is_linked_from_a_page() -> None:
+    """benchmarks/results/ holds what the docs cite: each file there is linked from README.md, a page
+    under docs/ or a Markdown file under benchmarks/ (a table linking its plot counts)."""
+    linked = linked_files([*DOCS, *sorted((ROOT / "benchmarks").rglob("*.md"))])
+    assert sorted(p.name for p in RESULTS.iterdir() if p.resolve() not in linked) == []

@@ -4,17 +4,15 @@ accountant, and the committed results re-rendered from their JSON."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path[:0] = [str(BENCH / "hotpate"), str(BENCH)]  # the Hot PATE scripts, then report.py
+from benchmarks.hotpate import hotpate_simulate as sim
+from benchmarks.hotpate import hotpate_yields
 
-import hotpate_simulate as sim  # noqa: E402
-import hotpate_yields  # noqa: E402
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def _walks(mean: float) -> list[dict]:
@@ -57,14 +55,14 @@ def test_committed_results_re_render(tmp_path: Path) -> None:
         pytest.skip("no committed results yet")
     hotpate_yields.main(["--from-json", str(saved), "--out", str(tmp_path)])
     md = (tmp_path / "hotpate_yields.md").read_text()
-    assert md.splitlines()[2].startswith("Reproduce: `python benchmarks/hotpate/hotpate_yields.py")
+    assert md.splitlines()[2].startswith("Reproduce: `python -m benchmarks.hotpate.hotpate_yields")
     assert json.loads((tmp_path / "hotpate_yields.json").read_text()) == json.loads(saved.read_text())
     assert md == (BENCH / "results" / "hotpate_yields.md").read_text()
     assert (tmp_path / "hotpate_yields.png").stat().st_size > 5000
 
 
 def test_runs_not_made_again_are_kept_with_the_day_they_ran():
-    import hotpate_runs
+    from benchmarks.hotpate import hotpate_runs
 
     old = [
         {"accounting": "gaussian", "wall_s": 1},
@@ -78,7 +76,7 @@ def test_runs_not_made_again_are_kept_with_the_day_they_ran():
 
 
 def test_an_imported_run_replaces_the_saved_one_of_the_same_command_and_shows_in_its_table():
-    import hotpate_runs
+    from benchmarks.hotpate import hotpate_runs
 
     row = {"command": "wasp-vllm hotpate --m 2400", "where": "a GPU", "teachers_per_label": 1200,
            "private": 597, "fallback": 1446, "share": 0.29, "epsilon": 4.0, "queries": 920,

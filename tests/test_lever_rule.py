@@ -4,19 +4,15 @@ on hand-made score tables, no runs."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path[:0] = [str(BENCH / "quality"), str(BENCH)]  # the quality scripts, then report.py
-
-import lever_rule  # noqa: E402
+from benchmarks.quality import lever_rule
 
 
 def _table(scores: dict[str, dict[str, list[float]]]) -> dict[str, dict]:
-    """``{task: {method: [macro-F1 per seed]}}`` in quality_tasks.py's JSON shape."""
+    """``{task: {method: [macro-F1 per seed]}}`` in grid.py's JSON shape."""
     return {
         t: {m: {"seeds": list(range(len(v))), "macro_f1": v} for m, v in ms.items()}
         for t, ms in scores.items()

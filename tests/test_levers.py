@@ -1,6 +1,6 @@
 """What the round loop keeps of the quality levers: the label check, the private label prior, the far
 votes, the paper's PLM weights and the label agreement diagnostic (the rejected levers left the
-product: docs/levers-not-adopted.md).
+product: docs/research/levers-not-adopted.md).
 
 Generation comes from engines named ``...ForUnitTests`` and embeddings from ``HashEmbedderForTests``:
 the subject is the loop's handling, not an LLM (real engines: tests/test_engines_real.py).

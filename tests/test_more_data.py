@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path[:0] = [str(BENCH / "quality"), str(BENCH)]  # the quality scripts, then report.py
-
-import more_data  # noqa: E402
+from benchmarks.quality import more_data
 
 
 def _grid(n: int, scores: dict[str, list[float]]) -> dict:
-    """A quality_tasks.py JSON at size ``n``: ``{task: [wasp macro-F1 per seed]}``."""
+    """A grid.py JSON at size ``n``: ``{task: [wasp macro-F1 per seed]}``."""
     tasks = {t: {"wasp": {"seeds": list(range(len(v))), "macro_f1": v}} for t, v in scores.items()}
     return {"settings": {"n": n}, "tasks": tasks}
 

@@ -235,7 +235,7 @@ def test_a_swapped_policy_votes_by_the_plan_not_by_its_own_request(tmp_path):
 
 @pytest.mark.parametrize("removed", ["quality_gate", "final_vote", "prompt_style", "label_check_margin"])
 def test_a_run_file_that_sets_a_removed_lever_is_told_where_it_went(removed):
-    with pytest.raises(ConfigError, match=f"{removed}: measured, not adopted and removed.*levers-2026-12"):
+    with pytest.raises(ConfigError, match=f"{removed}: measured, not adopted and removed.*f7b6f4b"):
         build_config({removed: 1}, {})
 
 

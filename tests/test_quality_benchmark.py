@@ -1,4 +1,4 @@
-"""`benchmarks/quality/quality.py --quick`, the CI-sized quality benchmark, end to end on vLLM.
+"""`python -m benchmarks.quality.grid`, the quality benchmark, end to end on vLLM at CI size.
 
 Slow: it loads both packaged PLMs and generates small runs.  It checks that the
 benchmark produces its table, JSON and plots with a real score for every method, not what
@@ -23,16 +23,18 @@ REPO = Path(__file__).resolve().parent.parent
 METHODS = ("only-private", "fusegen", "wasp")
 
 
-def test_quick_quality_benchmark_scores_every_method(tmp_path):
+def test_one_task_at_the_papers_sizes_scores_every_method(tmp_path):
+    """One task (drugs, test split) at S = Q = 8, as the one-task script the grid absorbed ran it."""
     out, work = tmp_path / "results", tmp_path / "runs"
-    # CI time: --quick is N=60, T=3; N=36 is the least at T=3 with S=8.  Aug-PE needs one PLM, so one
-    # engine starts; WASP (both PLMs) and FuseGen run end to end in the tasks benchmark's test below,
-    # through the same harness (this test took 241 s with WASP, 2026-12-05).
-    cmd = [sys.executable, str(REPO / "benchmarks" / "quality" / "quality.py"), "--quick", "--n", "36"]
-    cmd += ["--max-new-tokens", "32", "--only", "only-private,aug-pe:smollm2"]
+    # CI time: N=36 is the least at T=3 with S=8.  Aug-PE needs one PLM, so one engine starts; WASP
+    # (both PLMs) and FuseGen run end to end in the grid's --quick test below, through the same
+    # harness (this test took 241 s with WASP, 2026-12-05).
+    cmd = [sys.executable, "-m", "benchmarks.quality.grid", "--tasks", "drugs", "--split", "test"]
+    cmd += ["--seeds", "1", "--n", "36", "--rounds", "3", "--max-new-tokens", "32"]
+    cmd += ["--methods", "only-private,aug-pe:smollm2"]
     cmd += ["--out", str(out), "--work", str(work), "--name", "q"]
     env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     payload = json.loads((out / "q.json").read_text())
     assert payload["finished"] and not payload["skipped"]
@@ -47,12 +49,12 @@ def test_quick_quality_benchmark_scores_every_method(tmp_path):
     assert augpe["privacy_plan"]["sigma"] > 0
     table = (out / "q.md").read_text()
     assert "| OnlyPrivate (no DP) |" in table and "| Aug-PE (smollm2) |" in table
-    assert (out / "q_accuracy.png").stat().st_size > 1000
-    assert (out / "q_fid_rounds.png").stat().st_size > 1000
+    assert (out / "q.png").stat().st_size > 1000  # macro-F1 per method
+    assert (out / "q_junk.png").stat().st_size > 1000
 
 
 def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
-    """`benchmarks/quality/quality_tasks.py --quick` on trec alone, N=24, T=2, one seed, without Aug-PE (CI
+    """`python -m benchmarks.quality.grid --quick` on trec alone, N=24, T=2, one seed, without Aug-PE (CI
     time: the quality benchmark's test runs Aug-PE, and the averaging over tasks has a fast test in
     test_benchmarks.py); a second invocation reuses every finished run and runs nothing, and so does
     a third with the run folders gone (a fresh clone resumes from the results JSON alone); before
@@ -60,7 +62,8 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     out, work = tmp_path / "results", tmp_path / "runs"
     cmd = [
         sys.executable,
-        str(REPO / "benchmarks" / "quality" / "quality_tasks.py"),
+        "-m",
+        "benchmarks.quality.grid",
         "--quick",
         "--tasks",
         "trec",
@@ -69,7 +72,7 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     cmd += ["--methods", ",".join(METHODS)]
     cmd += ["--out", str(out), "--work", str(work), "--name", "t"]
     env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     payload = json.loads((out / "t.json").read_text())
     assert payload["finished"] and not payload["skipped"] and not payload["reused"]
@@ -98,7 +101,7 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     assert "| WASP |" in (out / "t.md").read_text()
     assert (out / "t.png").stat().st_size > 1000 and (out / "t_junk.png").stat().st_size > 1000
 
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     second = json.loads((out / "t.json").read_text())
     assert second["ran"] == [] and len(second["reused"]) == len(METHODS)  # one task
@@ -107,7 +110,7 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     # The test split's grid scores the generations the validation grid made: no run goes again.
     test_cmd = [*cmd, "--work", str(tmp_path / "runs-test"), "--name", "t_test", "--split", "test"]
     test_cmd += ["--score-from", str(work), "--max-minutes", "0"]  # the last --work and --name win
-    scored = subprocess.run(test_cmd, env=env, capture_output=True, text=True, timeout=900)
+    scored = subprocess.run(test_cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert scored.returncode == 0, scored.stderr[-3000:]
     on_test = json.loads((out / "t_test.json").read_text())
     assert on_test["skipped"] == [["trec", "only-private", 0]]  # no generation to score: not run at 0 min
@@ -128,12 +131,13 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     # The same runs scored again, on the split's own label mix and on an even one.
     even_cmd = [
         sys.executable,
-        str(REPO / "benchmarks" / "quality" / "even_mix.py"),
+        "-m",
+        "benchmarks.quality.even_mix",
         "--results",
         str(out / "t.json"),
     ]
     even_cmd += ["--out", str(out), "--name", "t_even"]
-    even = subprocess.run(even_cmd, env=env, capture_output=True, text=True, timeout=600)
+    even = subprocess.run(even_cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert even.returncode == 0, even.stderr[-3000:]
     mixes = json.loads((out / "t_even.json").read_text())
     assert mixes["largest_rescoring_change"] < 1e-9  # the grid's own scoring, repeated
@@ -144,14 +148,14 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     assert set(pair) == {"macro_f1", "even_mix_macro_f1"} and (out / "t_even.png").stat().st_size > 1000
 
     shutil.rmtree(work)  # a fresh clone: only the results JSON is left, and it is enough
-    again = subprocess.run(even_cmd, env=env, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(even_cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]  # every run was scored before: kept, not scored again
     kept = json.loads((out / "t_even.json").read_text())
     assert kept["reused"] == len(kept["runs"]) and kept["runs"] == mixes["runs"]
     afresh = [*even_cmd[:-1], "t_even_afresh"]  # no earlier scores to keep, and no run folders
-    gone = subprocess.run(afresh, env=env, capture_output=True, text=True, timeout=600)
+    gone = subprocess.run(afresh, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert gone.returncode == 2 and "are not here" in gone.stderr  # nothing to score again
-    third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    third = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert third.returncode == 0, third.stderr[-3000:]
     resumed = json.loads((out / "t.json").read_text())
     assert resumed["ran"] == [] and len(resumed["reused"]) == len(METHODS)
@@ -160,7 +164,7 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
     # A lever at today's default is the same run as WASP: its row reuses WASP's record, runs nothing.
     lever = "wasp-uniform-prior"  # the even label split, the default since 2026-11-29
     twin = [*cmd, "--methods", ",".join([*METHODS, lever]), "--max-minutes", "0"]  # the last wins
-    fourth = subprocess.run(twin, env=env, capture_output=True, text=True, timeout=600)
+    fourth = subprocess.run(twin, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     same = json.loads((out / "t.json").read_text())
     assert same["ran"] == [] and same["skipped"] == [] and ["trec", lever, 0] in same["reused"]
@@ -168,8 +172,8 @@ def test_quick_tasks_benchmark_scores_every_task_and_resumes(tmp_path):
 
     # Other settings are other runs: out of time, this grid finds none of them, and the results it
     # would drop stay where they are (its own tables go beside them, and it fails).
-    other = subprocess.run([*cmd, "--n", "30", "--max-minutes", "0"], env=env, capture_output=True, text=True,
-                           timeout=600)  # fmt: skip
+    other = subprocess.run([*cmd, "--n", "30", "--max-minutes", "0"], env=env, cwd=REPO, capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
     assert other.returncode == 1 and "did not reproduce" in other.stderr, other.stderr[-3000:]
     assert json.loads((out / "t.json").read_text()) == same
     partial = json.loads((out / "t-partial.json").read_text())

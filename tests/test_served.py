@@ -173,16 +173,13 @@ def test_a_replica_killed_mid_run_loses_nothing_and_its_failures_are_counted(ser
 
 
 def test_the_committed_benchmark_result_re_renders(tmp_path):
-    """benchmarks/served.py re-renders its committed JSON into the committed Markdown (no model)."""
+    """benchmarks.served re-renders its committed JSON into the committed Markdown (no model)."""
+    from benchmarks import served as served_bench
+
     bench = REPO / "benchmarks"
-    sys.path.insert(0, str(bench))
-    try:
-        import served as served_bench
-    finally:
-        sys.path.remove(str(bench))
     saved = bench / "results" / "served.json"
     assert served_bench.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
     md = (tmp_path / "served.md").read_text()
-    assert md.splitlines()[2] == "Reproduce: `python benchmarks/served.py --quick`"
+    assert md.splitlines()[2] == "Reproduce: `python -m benchmarks.served --quick`"
     assert md == (bench / "results" / "served.md").read_text()
     assert (tmp_path / "served.png").stat().st_size > 5000

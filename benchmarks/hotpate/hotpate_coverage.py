@@ -28,7 +28,7 @@ grows (the votes spread over the good answers, every count ~ n/r), while coordin
 keep both up to thresholds near n.  A second table runs the actual noisy aggregators (one
 Gaussian release each) at a few noise scales.
 
-Run ``python benchmarks/hotpate/hotpate_coverage.py [--quick]``; writes
+Run ``python -m benchmarks.hotpate.hotpate_coverage [--quick]``; writes
 ``benchmarks/results/hotpate_coverage.md``, ``.json`` and ``.png``.
 """
 
@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import report
 from wasp_vllm.hotpate import (
     HeterogeneousAggregator,
     HomogeneousAggregator,
@@ -54,10 +55,6 @@ from wasp_vllm.hotpate import (
 )
 from wasp_vllm.hotpate.ensembles import EnsembleKind
 from wasp_vllm.privacy.gaussian import epsilon_for_sigma
-
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-import report  # noqa: E402 - the benchmarks' reporting helper, in benchmarks/
 
 log = logging.getLogger("hotpate_coverage")
 

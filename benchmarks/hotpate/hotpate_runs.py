@@ -21,10 +21,7 @@ from typing import Any
 
 import numpy as np
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402
+from benchmarks import report
 
 RUNS = report.REPO / "runs" / "hotpate-bench"
 DONE = ("--n", "50", "--epsilon", "4")
@@ -218,7 +215,7 @@ def imported_tables(runs: list[dict[str, Any]]) -> list[report.Table]:
         "evaluate_synthetic(path, TASK, TASK, reference='TASK:fit', private_source=TASK, private_limit=M): "
         "the same classifier as above, on TASK's test split; on the GPU the private file was TASK's fit "
         "split written to parquet; scored here with "
-        "`python benchmarks/hotpate/hotpate_yields.py --add-run DIR`"
+        "`python -m benchmarks.hotpate.hotpate_yields --add-run DIR`"
     )
     title = (
         "Real runs at a larger M, made on a GPU (transformers; the coordinated draw on the GPU), scored here"

@@ -18,7 +18,7 @@ under the real accountants.  The same replay, with the measured agreement fracti
 to more teachers: the M at which most tokens could be private.  ``--runs`` makes real CLI runs of
 the done command (and ``evaluate`` on their records); runs not named are kept from the last result.
 
-Run ``python benchmarks/hotpate/hotpate_yields.py [--measure] [--runs gaussian,target-charging,wasp]``; writes
+Run ``python -m benchmarks.hotpate.hotpate_yields [--measure] [--runs gaussian,target-charging,wasp]``; writes
 ``benchmarks/results/hotpate_yields.{md,json,png}`` (the walks are cached in ``runs/``).
 """
 
@@ -30,11 +30,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-import hotpate_runs  # noqa: E402 - next to this file
-import report  # noqa: E402 - the benchmarks' reporting helper
-from hotpate_simulate import Scenario, grid_up_to, mean_outcome, teachers_needed  # noqa: E402
+from benchmarks import report
+from benchmarks.hotpate import hotpate_runs
+from benchmarks.hotpate.hotpate_simulate import Scenario, grid_up_to, mean_outcome, teachers_needed
 
 log = logging.getLogger("hotpate_yields")
 EPSILONS = (1.0, 4.0, 8.0)
@@ -205,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     for k in ks:
         path = Path(str(WALKS).format(k=k))
         if args.measure or not path.exists():
-            import hotpate_measure
+            from benchmarks.hotpate import hotpate_measure
 
             report.write_json(path, hotpate_measure.measure("smollm2", args.m, k, args.records, 16, 48, 0))
     payload["by_k"] = [one_k(k, args.m, args.limit, args.seeds) for k in ks]

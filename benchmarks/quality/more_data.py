@@ -6,11 +6,11 @@ below zero beyond its standard deviation; a task with fewer seeds than asked is 
 unless it is already worse.  The verdict is "met" once enough tasks are measured and not worse,
 "not met" once too many are worse for the rest to make up, and "not yet" in between.
 
-    python benchmarks/quality/more_data.py --small benchmarks/results/more_data_n300.json \\
+    python -m benchmarks.quality.more_data --small benchmarks/results/more_data_n300.json \\
         --large benchmarks/results/more_data_n1200.json --method wasp
 
-reads two ``quality_tasks.py`` JSONs (the same tasks, split and settings but N) and writes
-``benchmarks/results/more_data.{md,json,png}``.  The runs themselves come from ``quality_tasks.py``.
+reads two ``grid.py`` JSONs (the same tasks, split and settings but N) and writes
+``benchmarks/results/more_data.{md,json,png}``.  The runs themselves come from ``grid.py``.
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402
-from lever_rule import vetoes  # noqa: E402
-from seed_stats import fmt, fmt_diff, paired_diff  # noqa: E402
-from tasks_report import by_seed  # noqa: E402
+from benchmarks import report
+from benchmarks.quality.grid_report import by_seed
+from benchmarks.quality.lever_rule import vetoes
+from benchmarks.quality.seed_stats import fmt, fmt_diff, paired_diff
 
 METRIC = "macro_f1"
 
@@ -114,14 +111,14 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 def size_of(payload: dict[str, Any], path: Path) -> int:
     n = payload.get("settings", {}).get("n")
     if not isinstance(n, int):
-        raise SystemExit(f"{path}: no settings.n; is it a quality_tasks.py JSON?")
+        raise SystemExit(f"{path}: no settings.n; is it a grid.py JSON?")
     return n
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--small", type=Path, required=True, help="a quality_tasks.py JSON at the smaller N")
-    p.add_argument("--large", type=Path, required=True, help="a quality_tasks.py JSON at the larger N")
+    p.add_argument("--small", type=Path, required=True, help="a grid.py JSON at the smaller N")
+    p.add_argument("--large", type=Path, required=True, help="a grid.py JSON at the larger N")
     p.add_argument("--method", default="wasp", help="the method key compared (default wasp)")
     p.add_argument("--tasks", type=int, default=5, help="how many tasks the target counts (default 5)")
     p.add_argument("--need", type=int, default=4, help="tasks that must be no worse (default 4)")

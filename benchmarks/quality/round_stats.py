@@ -66,7 +66,7 @@ def round_tables(run_dir: Path) -> list[Any]:
 def voted_samples(run_dir: Path, tables: list[Any], t: int) -> tuple[Any, Any] | None:
     """Round ``t``'s votes file and the samples it ranked (in its row order, the columns of
     ``tables``); None where round ``t`` did not vote.  A vote ranks the samples written so far, or
-    the round's own (as ``--voted-samples newest`` did, tag levers-2026-12): rows are matched by id,
+    the round's own (as ``--voted-samples newest`` did, commit f7b6f4b): rows are matched by id,
     never by position."""
     import pyarrow as pa
     import pyarrow.parquet as pq

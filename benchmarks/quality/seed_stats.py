@@ -24,23 +24,6 @@ def fmt(values: list[float | None], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
 
 
-def aggregate(runs: list[dict], metrics: tuple[str, ...] = (*METRICS, "gen_s")) -> dict[str, dict[str, Any]]:
-    """Finished runs by method key: their records, seeds and each metric's values, mean and std."""
-    by: dict[str, dict[str, Any]] = {}
-    for r in runs:
-        if "error" in r:
-            continue
-        agg = by.setdefault(r["method"], {"label": r["label"], "group": r["group"], "runs": []})
-        agg["runs"].append(r)
-    for agg in by.values():
-        rs = agg["runs"]
-        agg["seeds"] = [r["seed"] for r in rs]
-        for metric in metrics:
-            mean, std = mean_std([r.get(metric) for r in rs])
-            agg[metric] = {"mean": mean, "std": std, "values": [r.get(metric) for r in rs]}
-    return by
-
-
 def paired_diff(a: dict[int, float | None], b: dict[int, float | None]) -> dict[str, Any] | None:
     """``a − b`` over the seeds both have (values by seed): diffs, mean, std and a verdict, "no gap"
     when the mean lies inside its standard deviation (or there is a single seed)."""
@@ -58,20 +41,3 @@ def fmt_diff(d: dict[str, Any] | None, digits: int = 3) -> str:
         return "-"
     spread = f" ± {d['std']:.{digits}f}" if d["std"] is not None else ""
     return f"{d['mean']:+.{digits}f}{spread}" + (" (no gap)" if d["verdict"] == "no gap" else "")
-
-
-def paired(by: dict[str, dict], key: str, base: str = "wasp") -> str:
-    """``key`` minus ``base`` per metric, paired by seed: mean ± std, or 'no gap' inside the std."""
-    if key not in by or base not in by:
-        return ""
-    parts = []
-    for metric in ("accuracy", "macro_f1", "label_agreement", "fid"):
-        a = {r["seed"]: r.get(metric) for r in by[key]["runs"]}
-        b = {r["seed"]: r.get(metric) for r in by[base]["runs"]}
-        d = paired_diff(a, b)
-        if d is not None:
-            parts.append(f"{metric} {fmt_diff(d)}")
-            seeds = d["seeds"]
-    if not parts:
-        return ""
-    return f"{by[key]['label']} − {by[base]['label']} over seeds {seeds}: " + "; ".join(parts)

@@ -131,8 +131,9 @@ class MethodSettings(Role):
         "on", "Whether each vote also releases H_far, the votes for the samples furthest from the "
         "private records: 'on' (the paper: H_near and H_far every round), 'off' (H_near only: half the "
         "sensitivity squared, so less noise on the votes for the same epsilon; not with contrastive "
-        "prompts, which show the far pool), or 'auto' ('on' for contrastive prompts, else 'off'). "
-        "'auto' was measured on four tasks' validation splits and not adopted (docs/levers-not-adopted.md).",
+        "prompts, which show the far pool), or 'auto' ('on' for contrastive prompts, else 'off'). 'auto' "
+        "was measured on four tasks' validation splits and not adopted "
+        "(docs/research/levers-not-adopted.md).",
     )  # fmt: skip
     example_sets: int = setting(
         4, "WASP: in-context example draws per label, PLM and round, shared by its prompts so the "

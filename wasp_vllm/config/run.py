@@ -163,7 +163,8 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> RunC
     if gone:
         raise ConfigError(
             f"{', '.join(gone)}: measured, not adopted and removed from wasp-vllm "
-            "(docs/levers-not-adopted.md; the last version with it is tag levers-2026-12); leave it out"
+            "(docs/research/levers-not-adopted.md; the last version with it is commit f7b6f4b); "
+            "leave it out"
         )
     merged = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
     return build_settings(RunConfig, merged)

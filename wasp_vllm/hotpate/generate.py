@@ -26,8 +26,8 @@ how many tokens came from where (per record and overall).
 Cost.  Whatever the accounting, a private token needs many teachers: with ``n`` per label the
 Gaussian ledger affords ``K ~ (mu* sigma / Delta)^2`` releases with ``sigma ~ 0.3 n / 5.5``, and
 target charging a fixed cost that only pays off at a few hundred teachers per label and more; see
-``docs/hotpate_accounting.md`` for the arithmetic and ``benchmarks/hotpate_yields.py`` for the
-measurement on the packaged data.
+``docs/research/hotpate_accounting.md`` for the arithmetic and ``python -m
+benchmarks.hotpate.hotpate_yields`` for the measurement on the packaged data.
 """
 
 from __future__ import annotations

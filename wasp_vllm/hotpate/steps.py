@@ -12,7 +12,7 @@ token or nothing; before every call the step's accountant says whether the budge
   target-charging accountant: a call returning ``⊥`` is free, a call is charged (``⊤``) only with
   probability ``gamma min(pi, 1 - pi)``, ``pi`` its pass probability.  Its fixed costs (a stability
   margin of ~20 noise scales on every call, ~``ln(1/delta)/q`` private draws per hit) need many
-  teachers: see ``docs/hotpate_accounting.md``.
+  teachers: see ``docs/research/hotpate_accounting.md``.
 
 **One budget per label ensemble.**  Every private record sits in one teacher of its own label's
 ensemble, and the ensembles of different labels are disjoint.  Each label gets its own accountant

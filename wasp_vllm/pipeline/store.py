@@ -314,7 +314,8 @@ class RunStore:
         if state.get("format", 1) != STATE_FORMAT:
             raise CheckpointError(
                 f"{self.state_path} was written by an earlier wasp-vllm whose settings have since changed "
-                "(docs/levers-not-adopted.md), so it cannot be resumed; start the run again with --overwrite"
+                "(docs/research/levers-not-adopted.md), so it cannot be resumed; start the run again with "
+                "--overwrite"
             )
         return RunState.from_dict(state)
 

@@ -29,6 +29,7 @@ class VotingMechanism(ABC):
     """A Gaussian release of the per-round vote histograms."""
 
     def __init__(self, voters: Voters, q: int, plan: PrivacyPlan, secret: RunSecret, ledger: PrivacyLedger):
+        """A mechanism for ``voters`` that releases what ``plan`` paid for, charging ``ledger``."""
         if plan.sigma is None:
             raise ValueError("a voting mechanism needs a plan with voting rounds")
         self.voters, self.q, self.plan, self.secret, self.ledger = voters, q, plan, secret, ledger

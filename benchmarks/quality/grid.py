@@ -1,26 +1,30 @@
-"""Synthetic-data quality of WASP and its baselines over the task suite: methods x tasks x seeds.
+"""The quality benchmark: WASP and its baselines over the task suite, methods x tasks x seeds.
 
 Settings are chosen on the validation splits of the suite's choosing group, never on one task,
-and checked once on the held-out group's test splits (docs/quality.md, the rule; docs/suite.md);
-this is the command that measures them.  Per run, as ``quality.py`` (whose
-machinery it shares, ``harness.py``): M private records drawn from ``TASK:fit`` by keyed hash
-(seeded), the synthetic set scored on ``TASK:validation`` (or ``TASK:test`` for the final table)
-by a logistic regression on MiniLM embeddings, label agreement against a classifier trained on
-``TASK:fit``, FID against the M records; plus, per round and PLM, what the samples look like
-(``round_stats.py``).  Paired by seed: WASP − each baseline, each lever − WASP, federated WASP −
-Pre-Text; a gap inside its standard deviation is "no gap".
+and checked once on the held-out group's test splits (the rule; docs/suite.md); this is the
+command that measures them, on every task or on one (``--tasks drugs``).  Per run: M private
+records drawn from ``TASK:fit`` by keyed hash (seeded), the synthetic set scored on
+``TASK:validation`` (or ``TASK:test`` for the final table) by a logistic regression on MiniLM
+embeddings, label agreement against a classifier trained on ``TASK:fit``, FID against the M
+records (after every round too); plus, per round and PLM, what the samples look like
+(``round_stats.py``).  The methods (``--list``): the baselines (OnlyPrivate, FuseGen, Aug-PE per
+PLM), WASP, the paper's ablations and the kept options flipped one at a time, Q, the paper's
+accountant, a larger N, federated WASP against Pre-Text (``--m`` sets M), and any round policy
+registered in ``policies.py``.  Paired by seed: WASP − each baseline, each variant − WASP,
+federated WASP − Pre-Text; a gap inside its standard deviation is "no gap" (``grid_report.py``
+writes the tables).
 
 A finished run's record is written atomically under ``--work`` and keyed by the run's whole
 configuration: an interrupted benchmark run again skips what finished.  The results JSON keeps
 every record with its key, and a run of the benchmark first restores them from the JSON it is
 about to rewrite: a grid too long for one sitting grows over several, on fresh clones too, from
 its committed results (a changed setting or default is a new key, so it runs again).
-``--max-minutes`` starts no new run after the limit and reports what finished.
+``--max-minutes`` starts no new run after the limit and reports what finished (``0``: the tables
+rebuilt from the finished runs alone).
 
-    python benchmarks/quality/quality_tasks.py --split validation    # the grid the defaults come from
-    python benchmarks/quality/quality_tasks.py --quick               # CI size (a few minutes)
-    python benchmarks/quality/quality_tasks.py --tasks tweets,trec --methods wasp,fusegen --seeds 1 \\
-        --n 60 --rounds 3
+    python -m benchmarks.quality.grid --split validation    # the grid the defaults come from
+    python -m benchmarks.quality.grid --quick               # CI size (a few minutes)
+    python -m benchmarks.quality.grid --tasks drugs --split test --methods wasp,wasp-q1,wasp-q16
 """
 
 from __future__ import annotations
@@ -32,16 +36,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402 - the benchmarks' reporting helper, in benchmarks/
-from harness import (  # noqa: E402
-    AS_PUBLISHED,
+from benchmarks import report
+from benchmarks.quality.grid_report import write_outputs
+from benchmarks.quality.harness import (
     AUTO_ENGINE,
     DELTA,
     EPSILON,
-    LEVERS,
     PLMS,
     REPO,
     RESULTS,
@@ -56,11 +56,9 @@ from harness import (  # noqa: E402
     run_or_fail,
     setup_logging,
 )
-from policies import POLICIES  # noqa: E402
-from round_stats import ReferenceJudge, junk_share, round_diversity, round_stats  # noqa: E402
-from tasks_report import write_outputs  # noqa: E402
-
-from wasp_vllm.data.suite import SUITE  # noqa: E402
+from benchmarks.quality.policies import POLICIES
+from benchmarks.quality.round_stats import ReferenceJudge, junk_share, round_diversity, round_stats
+from wasp_vllm.data.suite import SUITE
 
 #: The suite (docs/suite.md): a validation grid runs the choosing group, a test grid every task.
 CHOOSING = tuple(t for t, group in SUITE.items() if group == "choosing")
@@ -73,6 +71,29 @@ FEDERATED = {"parties": 10, "dirichlet": 1.0}
 RUN_CONFIG = {"max_model_len": 4096}
 #: The CI size (N=24, T=2) leaves 2-4 samples per label and round: pools of S=2, Q=2 votes.
 QUICK_CONFIG = {**RUN_CONFIG, "q": 2, "s": 2}
+
+#: The baselines run as published: an even split of the labels (WASP's default too; its private
+#: label prior is a lever).
+AS_PUBLISHED = {"label_prior": "uniform"}
+#: WASP's kept options, each flipped against its defaults (compared as lever − WASP): name, label,
+#: overrides.  Only settings of RunConfig go here; a lever the rule rejected left RunConfig (commit
+#: f7b6f4b reproduces it) and an experimental one is a round policy, never a setting here.
+LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("wasp-label-check-off", "WASP, label check off", {"label_check": "off"}),
+    # The private label prior was the default until 2026-11-29: the grids made before then compare
+    # WASP with wasp-uniform-prior (now WASP's own configuration, so its runs stand in for WASP's).
+    ("wasp-uniform-prior", "WASP, uniform label split (no private label prior)", {"label_prior": "uniform"}),
+    ("wasp-private-prior", "WASP, private label prior", {"label_prior": "private"}),
+    # Cooler and warmer than the default T = 1 (0.7 is a common chat default). Measured, not adopted:
+    # 0.7 copies the in-context examples more, 1.2 less (docs/research/levers-not-adopted.md).
+    ("wasp-temperature-07", "WASP, sampling temperature 0.7", {"temperature": 0.7}),
+    ("wasp-temperature-12", "WASP, sampling temperature 1.2", {"temperature": 1.2}),
+    (
+        "wasp-zero-shot",
+        "WASP, zero-shot prompts (the votes move only the PLM shares)",
+        {"later_prompt": "zero_shot"},
+    ),
+)
 
 
 def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
@@ -96,14 +117,23 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
         ("wasp-no-weighting", "WASP, no PLM weighting", "lever",
          {**wasp, "strategy": "wasp-no-weighting"}, None),
         *((key, label, "lever", {**wasp, **change}, None) for key, label, change in LEVERS),
+        # the paper's other studies: votes per private record, its accountant, more synthetic data
+        *((f"wasp-q{q}", f"WASP, Q = {q} votes per private record", "variant", {**wasp, "q": q}, None)
+          for q in (1, 2, 4, 16)),
+        ("wasp-paper-accountant", "WASP, the paper's accountant (sigma by its formula)", "variant",
+         {**wasp, "accountant": "paper"}, None),
+        *((f"wasp-n{n}", f"WASP, N = {n}", "variant", {**wasp, "n": n}, None) for n in (600, 1200)),
         ("wasp-federated", "Federated WASP (10 parties)", "federated", {**wasp, **FEDERATED}, None),
         ("pretext", "Pre-Text (10 parties, 2 PLMs)", "federated",
          {"strategy": "pre-text", "plms": both, **FEDERATED}, ("wasp-federated", "pretext")),
+        *((f"pre-text:{p}", f"Pre-Text (10 parties, {p})", "federated",
+           {"strategy": "pre-text", "plms": [p], **FEDERATED}, ("wasp-federated", f"pre-text:{p}"))
+          for p in PLMS),
     ]  # fmt: skip
     table = {}
     for key, label, group, overrides, pair in rows:
         method = Method(key, label, group, overrides, m=m, only_private=key == "only-private")
-        default = (key, "wasp") if group == "lever" else ("wasp", key)
+        default = (key, "wasp") if group in ("lever", "variant") else ("wasp", key)
         table[key] = (method, pair or default)
     for name, (label, _) in POLICIES.items():  # experiments: WASP's settings, another round policy
         key = f"policy-{name}"

@@ -1,23 +1,18 @@
-"""The tables, JSON and plots of ``quality_tasks.py``: per task and averaged over tasks, each
+"""The tables, JSON and plots of ``grid.py``: per task and averaged over tasks, each
 method's scores over seeds, the paired differences, and the per-round look of the samples."""
 
 from __future__ import annotations
 
 import math
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-# this family's scripts, then benchmarks/ (report.py, the benchmarks' one reporting helper)
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-
-import report  # noqa: E402
-from harness import DELTA, EMBEDDER, EPSILON, PLMS  # noqa: E402
-from round_stats import mean_over_seeds  # noqa: E402
-from seed_stats import METRICS, fmt, fmt_diff, mean_std, paired_diff  # noqa: E402
-
-from wasp_vllm.data.suite import SUITE  # noqa: E402
+from benchmarks import report
+from benchmarks.quality.harness import DELTA, EMBEDDER, EPSILON, PLMS
+from benchmarks.quality.round_stats import mean_over_seeds
+from benchmarks.quality.seed_stats import METRICS, fmt, fmt_diff, mean_std, paired_diff
+from wasp_vllm.data.suite import SUITE
 
 TITLES = {"macro_f1": "macro-F1", "accuracy": "accuracy", "label_agreement": "label agreement", "fid": "FID",
           "kept_share": "kept / generated"}  # fmt: skip

@@ -1,0 +1,1 @@
+"""The Hot PATE benchmarks: coverage of coordinated ensembles, and private-token yields."""
