@@ -542,7 +542,7 @@ def run_one(
     extras: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     import wasp_vllm
-    from wasp_vllm.pipeline import Backends
+    from wasp_vllm.pipeline import Backends, Collaborators
     from wasp_vllm.pipeline.policy import DEFAULT_POLICY
 
     record = _record_head(method, seed, data)
@@ -557,10 +557,8 @@ def run_one(
     # already fixed, so the run is the configuration its record is keyed by), the engines and
     # embedder every run shares, the round policy; a benchmark's speed stays out of the throughput
     # cache that later plans read.
-    result = wasp_vllm.generate(
-        data.private, config=cfg, out=out, overwrite=True, policy=policy,
-        backends=Backends(pool, embedder), record_throughput=False,
-    )  # fmt: skip
+    given = Collaborators(backends=Backends(pool, embedder), policy=policy, record_throughput=False)
+    result = wasp_vllm.generate(data.private, config=cfg, out=out, overwrite=True, collaborators=given)
     manifest = result.manifest.to_json()
     startup = sum(pool.startup_s.values()) - started_before  # paid once, by the first run using a PLM
     gen_s = time.perf_counter() - start - startup
@@ -610,10 +608,12 @@ def score_run(
 
 
 def summary_of_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    plan = manifest["privacy"]["plan"]
+    from wasp_vllm.privacy.report import PrivacyReport
+
+    plan = PrivacyReport.from_json(manifest["privacy"]).plan
     return {
-        "sigma": plan.get("sigma"),
-        "privacy_plan": plan,
+        "sigma": plan.sigma,
+        "privacy_plan": plan.to_dict(),
         "final_weights": dict(
             zip(manifest["config"]["plms"], manifest["plms"]["final_weights"], strict=True)
         ),

@@ -203,9 +203,10 @@ def round_diversity(run_dir: Path, manifest: dict[str, Any], judge: ReferenceJud
     import pyarrow.parquet as pq
 
     from wasp_vllm.evaluation.metrics import fid
+    from wasp_vllm.privacy.report import PrivacyReport
 
     validation = judge.validation_embeddings(manifest["task"])
-    sigma = manifest["privacy"]["plan"].get("sigma")
+    sigma = PrivacyReport.from_json(manifest["privacy"]).plan.sigma
     out = []
     for t, table in enumerate(round_tables(run_dir)):
         rows = table.select(["text", "label"]).to_pylist()
