@@ -41,8 +41,8 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 PREPARE_MODELS := from wasp_vllm.engines.registry import packaged_model_dir as d; d("smollm2"); d("gemma3")
 test: $(STAMP)
-	@mkdir -p "$(WASP_VLLM_CACHE)"
-	@$(BIN)/python -c '$(PREPARE_MODELS)' > "$(WASP_VLLM_CACHE)/prepare-models.log" 2>&1 & models=$$!; \
+	@mkdir -p "$(WASP_VLLM_CACHE)"; \
+	$(BIN)/python -c '$(PREPARE_MODELS)' > "$(WASP_VLLM_CACHE)/prepare-models.log" 2>&1 & models=$$!; \
 	$(MAKE) --no-print-directory lint || { kill $$models; exit 1; }; \
 	wait $$models || echo "preparing the packaged models failed: $(WASP_VLLM_CACHE)/prepare-models.log"
 	$(BIN)/python -m pytest -q -ra -m "not slow" -n $(TEST_WORKERS) --durations=10
