@@ -35,8 +35,16 @@ demo: $(STAMP)
 # The fast tests and the mutants (each a pytest of its own) on TEST_WORKERS processes: 285 s against
 # 405 s on one, on 2 cores. The real-model tests one at a time after them: each engine computes on
 # every core, so two at once took 2672 s against 2974 s, each test 2-3x longer (2026-12-05).
+# The slow tests need the packaged PLMs dequantized into WASP_VLLM_CACHE (once per clone, mostly on
+# one core: about 90 s in a fresh clone); that runs beside lint (mypy keeps one core) instead of
+# inside the first slow test that loads each model. A failure here is left for those tests to report.
 TEST_WORKERS ?= 2
-test: lint
+PREPARE_MODELS := from wasp_vllm.engines.registry import packaged_model_dir as d; d("smollm2"); d("gemma3")
+test: $(STAMP)
+	@mkdir -p "$(WASP_VLLM_CACHE)"; \
+	$(BIN)/python -c '$(PREPARE_MODELS)' > "$(WASP_VLLM_CACHE)/prepare-models.log" 2>&1 & models=$$!; \
+	$(MAKE) --no-print-directory lint || { kill $$models; exit 1; }; \
+	wait $$models || echo "preparing the packaged models failed: $(WASP_VLLM_CACHE)/prepare-models.log"
 	$(BIN)/python -m pytest -q -ra -m "not slow" -n $(TEST_WORKERS) --durations=10
 	$(BIN)/python -m pytest -q -ra -m slow --durations=25  # the slowest tests, in the CI log too
 

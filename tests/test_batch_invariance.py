@@ -147,13 +147,10 @@ def test_the_real_embedder_gives_each_record_the_same_bits_with_or_without_anoth
 
 
 @pytest.mark.slow
-def test_the_public_rows_distribution_does_not_depend_on_a_teacher_prompts_length():
-    import torch
-
-    from wasp_vllm.hotpate import load_lm
+def test_the_public_rows_distribution_does_not_depend_on_a_teacher_prompts_length(smollm2_fp32):
     from wasp_vllm.hotpate.teachers import TeacherEnsembleLM, WithPublicRow
 
-    lm = load_lm("smollm2", device="cpu", dtype=torch.float32)
+    lm = smollm2_fp32  # SmolLM2 in float32, loaded once for this file's two tests (conftest)
     public = "Write a short patient review of a drug."
     short = ["Review: it helped.", "Review: no effect."]
     long = ["Review: it helped. " + "It really did help with the pain every single day. " * 8, short[1]]
@@ -170,15 +167,12 @@ def test_the_public_rows_distribution_does_not_depend_on_a_teacher_prompts_lengt
 
 
 @pytest.mark.slow
-def test_each_teachers_distribution_depends_on_its_own_prompt_alone():
+def test_each_teachers_distribution_depends_on_its_own_prompt_alone(smollm2_fp32):
     """Teachers padded to the public length: a longer record in one teacher moves no other row's bits.
 
     Padded to the batch's longest prompt instead (the bug planted once: ``pad_to=None``), the other
     rows moved by about 1e-6 on this CPU.
     """
-    import torch
-
-    from wasp_vllm.hotpate import load_lm
     from wasp_vllm.hotpate.prompts import TEACHER_TEMPLATE, teacher_skeleton
     from wasp_vllm.hotpate.teachers import (
         TeacherEnsembleLM,
@@ -187,7 +181,7 @@ def test_each_teachers_distribution_depends_on_its_own_prompt_alone():
         public_pad_length,
     )
 
-    lm = load_lm("smollm2", device="cpu", dtype=torch.float32)
+    lm = smollm2_fp32
     task, chars = "patient review of a drug", 300
     pad_to = public_pad_length(lm, [teacher_skeleton(task, "positive", 1)], 1, chars)
     records = ["It helped.", "No effect at all for me.", "Fine, a bit of nausea."]

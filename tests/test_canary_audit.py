@@ -26,6 +26,7 @@ import wasp_vllm.pipeline as pipeline
 import wasp_vllm.pipeline.prompts as prompts
 from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
+from tests.shared_models import KeptOpenForOtherTests
 from wasp_vllm.cli import app
 from wasp_vllm.engines.base import Completion
 from wasp_vllm.ops.audit import (
@@ -212,27 +213,32 @@ def test_canaries_are_records_of_the_task(tmp_path):
     assert np.all(echo_scores([canary], [canary.text]) == 1.0)
 
 
-def _real_audit(out: Path):
+def _real_audit(out: Path, engine: Any, embedder: Any):
     # 384 samples: each record is shown in about 10 prompts under the planted leak.  With 64 canaries
     # one false guess undoes a small count (8 of 9 right proves 0.28 at most), so the canaries' words
     # keep apart from what a PLM invents (four syllables): at 288 samples and epsilon 0.3, three-syllable
     # words gave 11/11, 8/9 and (CI) 10/13 under the leak, four-syllable 9/9, 9/9, 7/7; at 384 samples
     # 11/11 and 18/18, 0 guesses without the leak.  Epsilon 0.1: 5 of 5 right already refute 0.19.
+    # The audit's power rests on these sizes: they stay.  The two runs share one real engine (conftest).
     settings = {**SETTINGS, "plms": ["smollm2"], "max_new_tokens": 40, "n": 384, "epsilon": 0.1}
     design = CanaryDesign(64)
-    return audit(_records(), out=out, design=design, text_col="review", label_col="rating", **settings)
+    backends = Backends(lambda name, cfg: KeptOpenForOtherTests(engine), embedder)
+    return audit(_records(), out=out, design=design, text_col="review", label_col="rating", backends=backends,
+                 **settings)  # fmt: skip
 
 
 @pytest.mark.slow
-def test_the_audit_with_the_real_engine_catches_the_leak_and_holds_without_it(tmp_path, planted_leak):
-    leaky = _real_audit(tmp_path / "leak")
+def test_the_audit_with_the_real_engine_catches_the_leak_and_holds_without_it(
+    tmp_path, planted_leak, smollm2_vllm, embedder
+):
+    leaky = _real_audit(tmp_path / "leak", smollm2_vllm, embedder)
     print(f"planted leak: {leaky.statement()}")
     assert leaky.refutes_claim
 
 
 @pytest.mark.slow
-def test_the_audit_with_the_real_engine_stays_below_the_claim(tmp_path):
-    honest = _real_audit(tmp_path / "honest")
+def test_the_audit_with_the_real_engine_stays_below_the_claim(tmp_path, smollm2_vllm, embedder):
+    honest = _real_audit(tmp_path / "honest", smollm2_vllm, embedder)
     print(f"no leak: {honest.statement()}")
     assert not honest.refutes_claim
 

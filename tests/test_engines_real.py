@@ -32,25 +32,19 @@ def env() -> dict[str, str]:
     return os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
 
 
-def test_vllm_engine_seeds_stops_and_chat_template():
-    from wasp_vllm.config import RunConfig
-    from wasp_vllm.engines import EngineOptions
+def test_vllm_engine_seeds_stops_and_chat_template(smollm2_vllm):
     from wasp_vllm.engines.devices import model_dtype
-    from wasp_vllm.engines.registry import resolve_plm
-    from wasp_vllm.engines.vllm_engine import VLLMEngine
 
-    # One engine, closed before the pipeline tests start theirs (memory on a small machine).
-    engine = VLLMEngine(resolve_plm("smollm2"), EngineOptions.from_config(RunConfig(max_model_len=1024)))
-    try:
-        task = get_task("drugs")
-        prompt = build_prompt(task, "zero_shot", "positive", "Migraine")
-        params = GenerationParams(max_new_tokens=24, stop=tuple(task.stop))
-        first = engine.generate([prompt] * 4, [1, 2, 3, 4], params)
-        again = engine.generate([prompt] * 4, [1, 2, 3, 4], params)
-        formatted = engine.format_prompt('Write a review: "')
-        computes_in = str(engine._llm.model_config.dtype)
-    finally:
-        engine.close()
+    # The engine the canary audit's real runs used (conftest), closed before the pipeline tests
+    # start theirs (memory on a small machine).
+    engine = smollm2_vllm
+    task = get_task("drugs")
+    prompt = build_prompt(task, "zero_shot", "positive", "Migraine")
+    params = GenerationParams(max_new_tokens=24, stop=tuple(task.stop))
+    first = engine.generate([prompt] * 4, [1, 2, 3, 4], params)
+    again = engine.generate([prompt] * 4, [1, 2, 3, 4], params)
+    formatted = engine.format_prompt('Write a review: "')
+    computes_in = str(engine._llm.model_config.dtype)
     assert computes_in == f"torch.{model_dtype()}"  # float32 on a CPU without native bf16 (4x faster)
     assert len({c.text for c in first}) >= 3  # different seeds, different samples
     # Same seed, same sample: the seeds reach vLLM.  vLLM's numerics depend on how requests are

@@ -457,9 +457,7 @@ def test_plots_write_png_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_logreg_with_the_real_embedder_beats_chance():
-    from wasp_vllm.engines.embedder import Embedder
-
+def test_logreg_with_the_real_embedder_beats_chance(embedder):
     positive = [
         "I loved this film, it was wonderful.",
         "An absolute delight from start to finish.",
@@ -482,7 +480,7 @@ def test_logreg_with_the_real_embedder_beats_chance():
         LabelledTexts(positive + negative, [0] * 6 + [1] * 6),
         LabelledTexts(test_pos + test_neg, [0] * 3 + [1] * 3),
         ["positive", "negative"],
-        LogRegClassifier(Embedder("auto", device="cpu")),
+        LogRegClassifier(embedder),  # the session's real packaged embedder (conftest)
     )
     assert report.embedder and report.accuracy > 0.5 + 1e-9
     assert report.accuracy >= 5 / 6

@@ -385,14 +385,14 @@ def test_canary_never_leaves_through_logs_report_or_errors(caplog):
 
 
 @pytest.mark.slow
-def test_kv_cache_reuse_matches_recomputing_the_prefix():
+def test_kv_cache_reuse_matches_recomputing_the_prefix(smollm2_fp32):
     torch = pytest.importorskip("torch")
-    from wasp_vllm.hotpate import load_lm
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # shared CPUs: one thread is far faster than two oversubscribed ones
     try:
-        _check_kv_cache_reuse(torch, load_lm("smollm2", device="cpu", dtype=torch.float32))
+        # SmolLM2 in float32, loaded once for this test and test_hotpate_vllm's first (conftest)
+        _check_kv_cache_reuse(torch, smollm2_fp32)
     finally:
         torch.set_num_threads(threads)
 

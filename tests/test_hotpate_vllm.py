@@ -23,10 +23,11 @@ TOP_K = 20
 
 
 @pytest.fixture(scope="module")
-def sources():
+def approx():
+    """The teachers on vLLM; the exact ones come from the float32 transformers SmolLM2 that
+    test_hotpate.py's slow test used too (conftest's ``smollm2_fp32``)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("vllm")
-    from wasp_vllm.hotpate import TeacherEnsembleLM, load_lm
     from wasp_vllm.hotpate.vllm_teachers import VLLMTeacherSource, load_vllm
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -34,8 +35,7 @@ def sources():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        exact = TeacherEnsembleLM(load_lm("smollm2", device="cpu", dtype=torch.float32), PROMPTS)
-        yield exact, VLLMTeacherSource(loaded, PROMPTS, top_k=TOP_K)
+        yield VLLMTeacherSource(loaded, PROMPTS, top_k=TOP_K)
     finally:
         torch.set_num_threads(threads)
         engine = getattr(loaded.llm, "llm_engine", None)
@@ -55,8 +55,10 @@ def _compare(exact_row: np.ndarray, approx_row: np.ndarray, no_token: int) -> No
     assert approx_row[no_token] == pytest.approx(1.0 - exact_row[top].sum(), abs=5e-3)  # the true tail
 
 
-def test_vllm_top_k_and_no_token_bin_match_the_exact_distributions(sources):
-    exact, approx = sources
+def test_vllm_top_k_and_no_token_bin_match_the_exact_distributions(approx, smollm2_fp32):
+    from wasp_vllm.hotpate import TeacherEnsembleLM
+
+    exact = TeacherEnsembleLM(smollm2_fp32, PROMPTS)
     assert approx.vocab_size == exact.vocab_size + 1 and approx.no_token_id == exact.vocab_size
     steps = [approx.encode(" Sure")[0], approx.encode(" 7")[0]]
     for step in range(len(steps) + 1):
@@ -71,10 +73,9 @@ def test_vllm_top_k_and_no_token_bin_match_the_exact_distributions(sources):
         approx.append(approx.no_token_id)  # the bin is never a token
 
 
-def test_a_record_on_vllm_teachers_never_returns_the_no_token_bin(sources):
+def test_a_record_on_vllm_teachers_never_returns_the_no_token_bin(approx):
     from wasp_vllm.hotpate import HomogeneousAggregator, PrivateTokenSelector, generate_record
 
-    _, approx = sources
     sel = PrivateTokenSelector(HomogeneousAggregator(0.0, threshold=1.5), rng=np.random.default_rng(0))
     out = generate_record(approx, sel, max_tokens=4)
     assert out.tokens and all(0 <= t < approx.no_token_id for t in out.tokens)
