@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -302,11 +303,12 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     from wasp_vllm.api import run_config as api_run_config
     from wasp_vllm.pipeline.policy import DEFAULT_POLICY, PaperPolicy
 
+    @dataclass(frozen=True)
     class StubPolicyForTests(PaperPolicy):  # a stand-in: the harness only hands it on
-        name = "stub"
+        name: ClassVar[str] = "stub"
 
-        def votes_after(self, t: int, rounds: int) -> bool:  # one vote, after round 0
-            return t == 0
+        def vote_request(self, rounds: int) -> tuple[int, ...] | None:  # one vote, after round 0
+            return (0,)
 
     class HandedOverForTests(Exception):
         pass
@@ -337,18 +339,20 @@ def test_an_experimental_policy_is_its_own_run_and_reaches_the_run_as_an_object(
     pool = type("PoolForTests", (), {"startup_s": {}})()
     with pytest.raises(HandedOverForTests):
         harness.run_one(method, 0, data, settings, pool, embedder="embedder")
-    assert isinstance(handed["policy"], StubPolicyForTests)
+    assert isinstance(handed["collaborators"].policy, StubPolicyForTests)
+    assert handed["collaborators"].record_throughput is False  # a benchmark's speed is not the machine's
     assert (
         handed["config"] == harness.run_config(method, 0, data, settings)
         and handed["private"] == data.private
     )
     # generate runs that configuration as it is (its S is not fitted again): the run is its record's key
     assert api_run_config(data.private, handed["config"], {}) == handed["config"]
-    assert handed["backends"].engine_factory is pool and handed["backends"].embedder == "embedder"
-    assert handed["record_throughput"] is False and handed["overwrite"] is True
+    given = handed["collaborators"]
+    assert given.backends.engine_factory is pool and given.backends.embedder == "embedder"
+    assert handed["overwrite"] is True
     with pytest.raises(HandedOverForTests):
         harness.run_one(wasp, 0, data, settings, pool, embedder=None)
-    assert handed["policy"] is DEFAULT_POLICY  # the paper's
+    assert handed["collaborators"].policy is DEFAULT_POLICY  # the paper's
     with pytest.raises(KeyError, match="no experimental policy 'missing'; registered: .*stub"):
         policies.policy_of("missing")
 

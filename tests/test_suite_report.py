@@ -154,8 +154,7 @@ def _run_folder(tmp_path: Path) -> Path:
 
 def test_round_diversity_reads_each_round_and_its_released_vote(tmp_path: Path):
     run_dir = _run_folder(tmp_path)
-    manifest = {"task": "rotten_tomatoes", "privacy": {"plan": {"sigma": 1.0}}}
-    rows = round_stats.round_diversity(run_dir, manifest, _Judge(_Length()))
+    rows = round_stats.round_diversity(run_dir, "rotten_tomatoes", 1.0, _Judge(_Length()))
     assert [r["round"] for r in rows] == [0, 1] and [r["n"] for r in rows] == [4, 4]
     assert rows[0]["signal_share"] == pytest.approx(1 - 3 / 20) and rows[1]["signal_share"] is None
     assert rows[0]["distinct_2"] == 1.0 and rows[1]["distinct_2"] == pytest.approx(1.0)

@@ -59,6 +59,7 @@ from benchmarks.quality.harness import (
 from benchmarks.quality.policies import POLICIES
 from benchmarks.quality.round_stats import ReferenceJudge, junk_share, round_diversity, round_stats
 from wasp_vllm.data.suite import SUITE
+from wasp_vllm.privacy.report import PrivacyReport
 
 #: The suite (docs/suite.md): a validation grid runs the choosing group, a test grid every task.
 CHOOSING = tuple(t for t, group in SUITE.items() if group == "choosing")
@@ -288,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     judge = ReferenceJudge(embedder)
 
     def extras(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        sigma = PrivacyReport.from_json(manifest["privacy"]).plan.sigma
         return {"rounds": round_stats(run_dir, manifest, judge),
-                "diversity": round_diversity(run_dir, manifest, judge)}  # fmt: skip
+                "diversity": round_diversity(run_dir, manifest["task"], sigma, judge)}  # fmt: skip
 
     extras.keys = ("rounds", "diversity")  # type: ignore[attr-defined]  # what a kept record is brought up to
 

@@ -316,6 +316,8 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "far_votes": "on" if strategy.votes else config["far_votes"],
         # the float type each machine computes in (bf16 before, on the CPUs those records ran on)
         "dtype": "auto",
+        # no utility check (none before it existed)
+        "utility_check_share": 0.0,
     }
     return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
 

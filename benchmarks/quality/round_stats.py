@@ -197,16 +197,16 @@ def signal_share(h_near: np.ndarray, sigma: float | None) -> float | None:
     return 0.0 if spread <= 0.0 else max(0.0, 1.0 - float(sigma) ** 2 / spread)
 
 
-def round_diversity(run_dir: Path, manifest: dict[str, Any], judge: ReferenceJudge) -> list[dict[str, Any]]:
+def round_diversity(
+    run_dir: Path, task: str, sigma: float | None, judge: ReferenceJudge
+) -> list[dict[str, Any]]:
     """Per round over all its PLMs (see the module doc): ``round``, ``n``, ``same_label_cosine``,
     ``distinct_2``, ``fid_validation`` and ``signal_share`` (None where the round released no vote)."""
     import pyarrow.parquet as pq
 
     from wasp_vllm.evaluation.metrics import fid
-    from wasp_vllm.privacy.report import PrivacyReport
 
-    validation = judge.validation_embeddings(manifest["task"])
-    sigma = PrivacyReport.from_json(manifest["privacy"]).plan.sigma
+    validation = judge.validation_embeddings(task)
     out = []
     for t, table in enumerate(round_tables(run_dir)):
         rows = table.select(["text", "label"]).to_pylist()
