@@ -96,13 +96,15 @@ def start_vllm(name: str, gpu: bool, **settings: Any) -> tuple[Any, float]:
     """A ``VLLMEngine`` as a run builds it (seed 0, 1 GiB CPU KV cache, run ``settings`` such as
     ``dtype`` on top); returns it and its start-up s."""
     from wasp_vllm.config import RunConfig
+    from wasp_vllm.config.roles import EngineArgs
     from wasp_vllm.engines import EngineOptions
     from wasp_vllm.engines.registry import resolve_plm
     from wasp_vllm.engines.vllm_engine import VLLMEngine
 
     # on a GPU, 0.35 of the card leaves room for the hf engine and the reference loop
     share = 0.35 if gpu else None
-    cfg = RunConfig(plms=[name], engine="vllm", seed=0, gpu_memory_utilization=share, **settings)
+    engine_args = EngineArgs(gpu_memory_utilization=share, **settings)  # dtype=...: engine arguments
+    cfg = RunConfig(plms=[name], engine="vllm", seed=0, engine_args=engine_args)
     start = time.perf_counter()
     engine = VLLMEngine(resolve_plm(name), EngineOptions.from_config(cfg))
     return engine, time.perf_counter() - start

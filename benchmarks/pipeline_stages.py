@@ -107,7 +107,7 @@ def measure(s: Settings) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     private = {k: round(v, 3) for k, v in state["timings"].items() if k.startswith("private:")}
-    concurrent = (cfg.concurrent if cfg.concurrent is not None else gpu_available()) and not cfg.sleep_mode
+    concurrent = cfg.engine_args.side_by_side(gpu=gpu_available())
     return {
         "prepare_s": round(prepare_s, 3),
         "wall_s": round(wall, 3),

@@ -108,7 +108,7 @@ def test_a_weak_audit_is_refused_before_anything_runs(tmp_path, monkeypatch):
 def test_audit_lists_the_options_an_audit_needs():
     shown = CliRunner().invoke(app, ["audit", "--help"], env={"COLUMNS": "200"}).output
     assert "--epsilon" in shown and "--m " in shown and "--allow-weak" in shown and "--config" in shown
-    for unrelated in ("--gpu-memory-utilization", "--top-p", "--noise-seed", "--sleep-mode", "--license"):
+    for unrelated in ("--engine-arg", "--top-p", "--noise-seed", "--license"):
         assert unrelated not in shown
     assert len(AUDIT_SETTINGS) < 30
 

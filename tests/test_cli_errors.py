@@ -25,7 +25,7 @@ import wasp_vllm.engines.embedder
 import wasp_vllm.pipeline
 from tests.fakes import WORDS, FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
 from wasp_vllm.cli import app
-from wasp_vllm.config import RunConfig
+from wasp_vllm.config import EngineArgs, RunConfig
 from wasp_vllm.pipeline import Run, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,7 +253,7 @@ def _finished_run(tmp: Path, base: dict[str, str], out: Path) -> dict[str, bytes
     """A real run (fake engine, hash embedder) in ``out``; returns its files' bytes."""
     cfg = RunConfig(
         plms=["tiny-a", "tiny-b"], private=base["--private"], private_limit=None, n=36, rounds=3,
-        q=2, s=2, noise_seed=1, concurrent=False,
+        q=2, s=2, noise_seed=1, engine_args=EngineArgs(concurrent=False),
     )  # fmt: skip
 
     def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:

@@ -73,6 +73,10 @@ def test_every_settings_field_is_an_option_with_its_help_and_default(command, mo
             continue
         assert option.default is None  # not given: the run file or the model's default decides
         default = field.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):  # a table (engine arguments): each key's default, shown once
+            for key, value in default.model_dump().items():
+                assert f"{key} ({'auto' if value is None else str(value).lower()})" in option.help, key
+            continue
         if default is not None:  # the CLI's default is the model's, shown once
             default = default.value if isinstance(default, enum.Enum) else default
             shown = ",".join(default) if isinstance(default, list) else str(default)
@@ -116,12 +120,53 @@ def test_options_reach_the_config(monkeypatch, tmp_path):
         raise ValueError("stop here")
 
     monkeypatch.setattr("wasp_vllm.api.build_config", stop)
-    args = ["generate", "--m", "7", "--n", "12", "--plms", "a,b", "--strategy", "aug-pe", "--no-sleep-mode",
-            "--out", str(tmp_path / "o")]  # fmt: skip
+    args = ["generate", "--m", "7", "--n", "12", "--plms", "a,b", "--strategy", "aug-pe", "--engine-arg",
+            "sleep_mode=false", "--engine-arg", "batch_size = 16", "--out", str(tmp_path / "o")]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "stop here" in result.output
-    assert seen == {"private_limit": 7, "n": 12, "plms": "a,b", "strategy": "aug-pe", "sleep_mode": False}
-    assert RunConfig(**{**seen, "strategy": "wasp"}).plms == ["a", "b"]  # the model splits the list
+    assert seen == {"private_limit": 7, "n": 12, "plms": "a,b", "strategy": "aug-pe",
+                    "engine_args": ["sleep_mode=false", "batch_size = 16"]}  # fmt: skip
+    cfg = RunConfig(**{**seen, "strategy": "wasp"})
+    assert cfg.plms == ["a", "b"] and cfg.engine_args.batch_size == 16 and cfg.engine_args.sleep_mode is False
+
+
+@pytest.mark.parametrize(
+    "argv, why",
+    [
+        (["--engine-arg", "batch_size"], "--engine-arg 'batch_size': write KEY=VALUE"),
+        (["--engine-arg", "batch_sise=16"], "engine_args.batch_sise"),
+        (["--engine-arg", "batch_size=many"], "engine_args.batch_size"),
+        (["--batch-size", "16"], "No such option"),
+    ],
+)
+def test_an_engine_argument_that_is_not_one_is_one_error_line(argv, why, tmp_path):
+    result = CliRunner().invoke(app, ["generate", *argv, "--out", str(tmp_path / "o"), "--dry-run"])
+    assert result.exit_code == 2 and why in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_run_file_that_sets_a_moved_engine_setting_is_told_where_it_went(tmp_path):
+    from wasp_vllm.config import ConfigError, build_config, read_config_file
+
+    old = tmp_path / "old.toml"
+    old.write_text("n = 36\nbatch_size = 16\nsleep_mode = true\n")
+    with pytest.raises(
+        ConfigError, match="batch_size, sleep_mode: now an engine argument: --engine-arg batch"
+    ):
+        build_config(read_config_file(old), {})
+    new = tmp_path / "new.toml"
+    new.write_text("n = 36\n[engine_args]\nbatch_size = 16\n")
+    assert build_config(read_config_file(new), {}).engine_args.batch_size == 16
+
+
+def test_test_only_settings_are_hidden_from_help_and_still_work(tmp_path):
+    shown = CliRunner().invoke(app, ["generate", "--help"], env={"COLUMNS": "200"}).output
+    assert "--noise-seed" not in shown and "--dirichlet" not in shown and "--engine-arg" in shown
+    options = [line for line in shown.splitlines() if line.lstrip("│ ").startswith("--")]
+    assert len(options) <= 45, len(options)
+    result = CliRunner().invoke(app, ["generate", "--noise-seed", "3", "--out", str(tmp_path / "o"),
+                                      "--dry-run"])  # fmt: skip
+    assert result.exit_code == 0, result.output
 
 
 def test_the_run_settings_are_one_value_per_role_and_each_help_panel_is_its_role():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wasp_vllm.config import EngineSettings
+from wasp_vllm.config import EngineArgs, EngineSettings
 from wasp_vllm.engines import devices
 from wasp_vllm.engines.options import EngineOptions
 
@@ -58,7 +58,9 @@ def test_engine_options_carry_the_resolved_type(monkeypatch):
     monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
     monkeypatch.setattr("wasp_vllm.engines.vllm_engine.gpu_available", lambda: False)
     auto = EngineOptions.from_settings(EngineSettings(), seed=0, plms=2)
-    asked = EngineOptions.from_settings(EngineSettings(dtype="bfloat16"), seed=0, plms=2)
+    asked = EngineOptions.from_settings(
+        EngineSettings(engine_args=EngineArgs(dtype="bfloat16")), seed=0, plms=2
+    )
     assert (auto.dtype, asked.dtype) == ("float32", "bfloat16")
     plm = ResolvedPLM(name="p", path=Path("/nowhere"), chat=True, seq2seq=False)
     assert llm_arguments(plm, auto)["dtype"] == "float32"  # what vLLM is started with
@@ -77,7 +79,9 @@ def test_a_small_cpu_starts_its_engine_on_every_core_in_this_process_unless_the_
     monkeypatch.setattr("os.cpu_count", lambda: cores)
     for name in CPU_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    options = EngineOptions.from_settings(EngineSettings(dtype="float32"), seed=0, plms=1)
+    options = EngineOptions.from_settings(
+        EngineSettings(engine_args=EngineArgs(dtype="float32")), seed=0, plms=1
+    )
     with engine_environment(options):  # what vLLM reads while the engine starts
         seen = {name: os.environ.get(name) for name in CPU_VARIABLES}
     assert seen["VLLM_CPU_KVCACHE_SPACE"] == str(int(options.cpu_kv_cache_gib))

@@ -51,7 +51,7 @@ def test_the_tiny_run_writes_exactly_n_rows_though_most_samples_are_rejected(
 ):
     """The issue's size (N=12, T=2, S=2, one PLM) with most samples rejected: all 12 rows."""
     engines = {"a": MostlyJunkEngineForUnitTests("a", junk)}
-    cfg = make_cfg(private_csv, plms=["a"], n=12, rounds=2, s=2, max_attempts=1)
+    cfg = make_cfg(private_csv, plms=["a"], n=12, rounds=2, s=2, engine_args={"max_attempts": 1})
     manifest = run(cfg, tmp_path / "out", embedder, engines=engines)
     table = pq.read_table(tmp_path / "out" / "synthetic.parquet")
     assert table.num_rows == 12
@@ -78,7 +78,7 @@ def test_a_round_that_keeps_no_sample_is_not_voted_on_and_the_next_makes_it_up(
     """Every sample of round 0 turned down: no vote (nothing to rank, nothing spent), and the
     later rounds write the rows it lacks."""
     engines = {"a": SilentInRound0ForUnitTests("a")}
-    cfg = make_cfg(private_csv, plms=["a"], n=12, rounds=3, s=2, max_attempts=1)
+    cfg = make_cfg(private_csv, plms=["a"], n=12, rounds=3, s=2, engine_args={"max_attempts": 1})
     manifest = run(cfg, tmp_path / "out", embedder, engines=engines)
     assert manifest["rounds"][0]["kept"] == {"a": 0}
     assert pq.read_table(tmp_path / "out" / "synthetic.parquet").num_rows == 12
@@ -109,7 +109,7 @@ LATER_PROMPT = "Based on the above drug reviews"
 
 def test_the_last_round_stops_asking_at_its_cap(tmp_path, private_csv, embedder):
     engine = DriesUpForUnitTests("a")
-    cfg = make_cfg(private_csv, plms=["a"], n=12, rounds=2, s=2, max_attempts=1)
+    cfg = make_cfg(private_csv, plms=["a"], n=12, rounds=2, s=2, engine_args={"max_attempts": 1})
     manifest = run(cfg, tmp_path / "out", embedder, engines={"a": engine})
     last = manifest["rounds"][-1]
     assert last["missing"] > 0  # it ended short, as it must when a PLM writes nothing usable

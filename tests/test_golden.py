@@ -30,7 +30,7 @@ import pytest
 from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests
 from tests.privacy_checks import private_texts
 from wasp_vllm.config import RunConfig
-from wasp_vllm.config.run import REMOVED
+from wasp_vllm.config.run import MOVED_TO_ENGINE_ARGS, REMOVED
 from wasp_vllm.pipeline import Run, prepare
 from wasp_vllm.pipeline.manifest import Manifest, published_source
 
@@ -39,7 +39,7 @@ LABELS = ["positive", "neutral", "negative"]
 UPDATE = os.environ.get("WASP_UPDATE_GOLDEN") == "1"
 
 BASE = dict(plms=["a", "b"], task="drugs", private="private.csv", private_limit=None, n=36, rounds=3, q=2,
-            s=2, noise_seed=11, concurrent=False, seed=3,
+            s=2, noise_seed=11, engine_args={"concurrent": False}, seed=3,
             label_prior="uniform", far_votes="on")  # fmt: skip
 CASES: dict[str, dict] = {
     "wasp": {},
@@ -71,6 +71,10 @@ def _renamed(golden: dict) -> dict:
         config["strategy"] += "-no-contrast"
     if not config.pop("weighting", True):
         config["strategy"] += "-no-weighting"
+    # Issue 74: the engine settings became one table of engine arguments (2026-12).
+    config["engine_args"] = {name: config.pop(name) for name in MOVED_TO_ENGINE_ARGS if name in config}
+    if "max_attempts" not in config["engine_args"]:  # recorded before it moved from sampling
+        config["engine_args"]["max_attempts"] = config.pop("max_attempts")
     return golden
 
 

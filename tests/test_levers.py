@@ -74,7 +74,8 @@ def write_private(path, n=60, share=(0.7, 0.1, 0.2)):
 def run(tmp_path, engine=FakeEngineForUnitTests, **kw):
     private = str(write_private(tmp_path / "p.csv"))
     settings = dict(plms=["a", "b"], task="drugs", private=private, private_limit=None, n=90, rounds=3,
-                    q=2, s=2, noise_seed=1, concurrent=False, label_prior="uniform") | kw  # fmt: skip
+                    q=2, s=2, noise_seed=1, engine_args={"concurrent": False},
+                    label_prior="uniform") | kw  # fmt: skip
     cfg = RunConfig(**settings)
     manifest = (
         Run(

@@ -39,7 +39,8 @@ def test_hundred_thousand_samples_in_bounded_memory(tmp_path):
     ]
     (tmp_path / "private.csv").write_text("\n".join(lines) + "\n")
     cfg = dict(plms=["a", "b"], task="drugs", private=str(tmp_path / "private.csv"), private_limit=None,
-               n=N, rounds=T, q=8, s=8, noise_seed=1, concurrent=False, max_new_tokens=16)  # fmt: skip
+               n=N, rounds=T, q=8, s=8, noise_seed=1, engine_args={"concurrent": False},
+               max_new_tokens=16)  # fmt: skip
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     report = tmp_path / "report.json"
     env = os.environ | {"WASP_TEST_REPORT": str(report)}

@@ -33,7 +33,7 @@ def write_private(path: Path, n: int = 60) -> Path:
 
 def config(private: Path, **kw) -> RunConfig:
     base = dict(plms=["a", "b"], task="drugs", private=str(private), private_limit=None, n=90, rounds=3,
-                q=2, s=2, noise_seed=None, concurrent=False)  # fmt: skip
+                q=2, s=2, noise_seed=None, engine_args={"concurrent": False})  # fmt: skip
     return RunConfig(**(base | kw))
 
 

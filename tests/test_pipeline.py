@@ -147,7 +147,9 @@ def test_resume_refuses_other_settings(tmp_path, private_csv, embedder):
 
 def test_failing_engine_is_dropped_and_recorded(tmp_path, private_csv, embedder):
     engines = {"a": FakeEngineForUnitTests("a"), "b": FakeEngineForUnitTests("b", mode="raise")}
-    manifest = run(make_cfg(private_csv, engine_retries=1), tmp_path / "out", embedder, engines=engines)
+    manifest = run(
+        make_cfg(private_csv, engine_args={"engine_retries": 1}), tmp_path / "out", embedder, engines=engines
+    )
     assert manifest["plms"]["active"] == ["a"]
     assert "b" in manifest["plms"]["dropped"]
     assert engines["b"].calls == 2  # one try plus one retry, then dropped
@@ -160,13 +162,20 @@ def test_failing_engine_is_dropped_and_recorded(tmp_path, private_csv, embedder)
 def test_all_engines_failing_stops_with_clear_error(tmp_path, private_csv, embedder):
     engines = {n: FakeEngineForUnitTests(n, mode="raise") for n in ("a", "b")}
     with pytest.raises(PipelineError, match="every PLM failed"):
-        run(make_cfg(private_csv, engine_retries=0), tmp_path / "out", embedder, engines=engines)
+        run(
+            make_cfg(private_csv, engine_args={"engine_retries": 0}),
+            tmp_path / "out",
+            embedder,
+            engines=engines,
+        )
 
 
 @pytest.mark.parametrize("mode", ["empty", "echo"])
 def test_bad_outputs_are_regenerated_and_made_up_by_the_other_plm(tmp_path, private_csv, embedder, mode):
     engines = {"a": FakeEngineForUnitTests("a"), "b": FakeEngineForUnitTests("b", mode=mode)}
-    manifest = run(make_cfg(private_csv, max_attempts=2), tmp_path / "out", embedder, engines=engines)
+    manifest = run(
+        make_cfg(private_csv, engine_args={"max_attempts": 2}), tmp_path / "out", embedder, engines=engines
+    )
     table = pq.read_table(tmp_path / "out" / "synthetic.parquet")
     texts = table.column("text").to_pylist()
     assert len(texts) == len(set(texts)) == 36  # exactly N: a wrote what b could not, never a copy
@@ -208,7 +217,9 @@ def test_the_same_text_from_two_plms_is_kept_once(tmp_path, private_csv, embedde
             return [Completion(f"same review number {i % 4} for everyone", 5) for i in range(len(prompts))]
 
     engines = {n: ConstantEngineForUnitTests(n) for n in ("a", "b")}
-    manifest = run(make_cfg(private_csv, max_attempts=1), tmp_path / "out", embedder, engines=engines)
+    manifest = run(
+        make_cfg(private_csv, engine_args={"max_attempts": 1}), tmp_path / "out", embedder, engines=engines
+    )
     texts = pq.read_table(tmp_path / "out" / "synthetic.parquet").column("text").to_pylist()
     assert len(texts) == len(set(texts)) == 4
     # no PLM could write anything new: each round asks for what the earlier ones lacked, the last

@@ -65,7 +65,7 @@ def _settings(tmp_path) -> dict:
     rows = [f"{t},{LABELS[i % 3]}" for i, t in enumerate(private_texts(30, seed=5))]
     private.write_text("text,label\n" + "\n".join(rows) + "\n")
     return dict(plms=["a", "b"], task="drugs", private=str(private), private_limit=None, n=60, rounds=3,
-                q=2, s=2, noise_seed=1, concurrent=False)  # fmt: skip
+                q=2, s=2, noise_seed=1, engine_args={"concurrent": False})  # fmt: skip
 
 
 def _run(cfg: RunConfig, out, policy=None, **kw):

@@ -59,7 +59,7 @@ def write_private(path: Path, n: int = 30, canaries: list[str] | None = None) ->
 
 def settings(private: Path, **kw) -> dict:
     base = dict(plms=["a", "b"], task="drugs", private=str(private), private_limit=None, n=36, rounds=3,
-                q=2, s=2, noise_seed=123, concurrent=False)  # fmt: skip
+                q=2, s=2, noise_seed=123, engine_args={"concurrent": False})  # fmt: skip
     return base | kw
 
 
@@ -206,7 +206,9 @@ def test_transient_engine_failure_is_retried_and_dropped_plms_are_recorded(tmp_p
         "b": FakeEngineForUnitTests("b"),
         "c": FakeEngineForUnitTests("c", fail_after=1),  # fails for good from round 1 on
     }
-    cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), plms=["a", "b", "c"], engine_retries=2))
+    cfg = RunConfig(
+        **settings(write_private(tmp_path / "p.csv"), plms=["a", "b", "c"], engine_args={"engine_retries": 2})
+    )
     manifest = run_in_process(cfg, tmp_path / "out", engines)
     table = pq.read_table(tmp_path / "out" / "synthetic.parquet")
     assert table.num_rows == 36
@@ -226,7 +228,7 @@ def test_transient_engine_failure_is_retried_and_dropped_plms_are_recorded(tmp_p
 
 def test_a_dropped_plm_keeps_weight_zero(tmp_path):
     engines = {"a": FakeEngineForUnitTests("a"), "b": FakeEngineForUnitTests("b", fail_after=1)}
-    cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), engine_retries=0))
+    cfg = RunConfig(**settings(write_private(tmp_path / "p.csv"), engine_args={"engine_retries": 0}))
     manifest = run_in_process(cfg, tmp_path / "out", engines)
     assert list(manifest["plms"]["dropped"]) == ["b"]
     assert [r["weights_after"][1] for r in manifest["rounds"][1:]] == [0.0, 0.0]

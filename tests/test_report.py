@@ -39,7 +39,7 @@ def make_run(tmp: Path, n: int = 60, rounds: int = 3, **kw: Any) -> tuple[Path, 
     private = tmp / "private.csv"
     private.write_text("text,label\n" + "".join(f"{t},{LABELS[i % 3]}\n" for i, t in enumerate(texts)))
     settings: dict[str, Any] = dict(plms=["a", "b"], task="drugs", private=str(private), n=n, rounds=rounds,
-                                    q=2, s=2, concurrent=False) | kw  # fmt: skip
+                                    q=2, s=2, engine_args={"concurrent": False}) | kw  # fmt: skip
     engines: dict[str, FakeEngineForUnitTests] = {}
 
     def factory(name: str, _cfg: RunConfig) -> FakeEngineForUnitTests:

@@ -71,7 +71,7 @@ def test_the_summary_shows_it_and_warns_when_most_is_thrown_away(tmp_path, monke
     use_fake_backends(monkeypatch, {"a": JunkEveryKth("a", 3, mostly=True), "b": JunkEveryKth("b", 2)})
     monkeypatch.chdir(tmp_path)
     argv = ["generate", "--plms", "a,b", "--n", "36", "--rounds", "3", "--q", "2", "--s", "2",
-            "--max-attempts", "12", "--out", "out"]  # fmt: skip
+            "--engine-arg", "max_attempts=12", "--out", "out"]  # fmt: skip
     result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())

@@ -69,7 +69,7 @@ DEFAULT_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "aug-pe:gemma3",
 QUICK_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "wasp")
 FEDERATED = {"parties": 10, "dirichlet": 1.0}
 #: Every run: room for IMDb's contrastive prompts (S=8 examples of up to 200 tokens each).
-RUN_CONFIG = {"max_model_len": 4096}
+RUN_CONFIG: dict[str, Any] = {"engine_args": {"max_model_len": 4096}}
 #: The CI size (N=24, T=2) leaves 2-4 samples per label and round: pools of S=2, Q=2 votes.
 QUICK_CONFIG = {**RUN_CONFIG, "q": 2, "s": 2}
 

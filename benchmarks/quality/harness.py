@@ -264,9 +264,14 @@ class CachedEmbedder:
 
 
 def run_config(method: Method, seed: int, data: Data, settings: Settings) -> Any:
-    """The RunConfig of one benchmark run: the shared settings, then the method's own."""
+    """The RunConfig of one benchmark run: the shared settings, then the method's own (a results
+    JSON from before the engine arguments were one table names them flat: they are put in it)."""
     from wasp_vllm.config import RunConfig
+    from wasp_vllm.config.run import MOVED_TO_ENGINE_ARGS
 
+    shared = {k: v for k, v in settings.config.items() if k not in MOVED_TO_ENGINE_ARGS}
+    engine_args = {k: v for k, v in settings.config.items() if k in MOVED_TO_ENGINE_ARGS}
+    engine_args |= settings.config.get("engine_args", {})
     return RunConfig(
         **{
             "engine": settings.engine,
@@ -281,7 +286,8 @@ def run_config(method: Method, seed: int, data: Data, settings: Settings) -> Any
             "seed": seed,  # seeds the private draw, the partition and every request
             "noise_seed": 10_000 + seed,  # reproducible benchmark noise; never fix it for a release
             "embedder": EMBEDDER,
-            **settings.config,
+            **shared,
+            "engine_args": engine_args,
             **method.overrides,
         }
     )
@@ -309,6 +315,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
 
     unkeyed = REMOVED.difference(REMOVED_IN_KEY)
     config = {**REMOVED_IN_KEY, **{k: v for k, v in config.items() if k not in unkeyed}}
+    config |= config.pop("engine_args", {})  # keyed flat, as before they became one table
     strategy = get_strategy(config["strategy"])
     as_before = {
         "later_prompt": strategy.later_prompt.value,  # the method's own

@@ -38,6 +38,8 @@ def _cli_type(annotation: Any) -> tuple[type, list[str]]:
         return str, [str(v.value) for v in annotation]
     if typing.get_origin(annotation) is list:
         return str, []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list[str], []  # KEY=VALUE, repeatable: the model reads the pairs
     return annotation, []
 
 
@@ -45,6 +47,8 @@ def _help(field: FieldInfo, choices: list[str]) -> str:
     if field.is_required():
         return field.description or ""  # Typer adds [required]
     default = field.get_default(call_default_factory=True)
+    if isinstance(default, BaseModel):  # a table of settings: its help lists its defaults
+        return field.description or ""
     shown = ",".join(default) if isinstance(default, list) else default
     shown = default.value if isinstance(default, enum.Enum) else shown
     text = field.description or ""
@@ -65,8 +69,9 @@ def settings_parameters(
         cli_type, choices = _cli_type(field.annotation)
         decls = [str(extra["flag"])] if extra.get("flag") else []
         option = typer.Option(
-            *decls, help=_help(field, choices), rich_help_panel=str(extra.get("panel")), show_default=False
-        )
+            *decls, help=_help(field, choices), rich_help_panel=str(extra.get("panel")), show_default=False,
+            hidden=bool(extra.get("hidden")),
+        )  # fmt: skip
         if field.is_required():
             annotation: Any = Annotated[cli_type, option]
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))

@@ -10,6 +10,7 @@ from wasp_vllm.config.fields import (
 )
 from wasp_vllm.config.roles import (
     DataSettings,
+    EngineArgs,
     EngineKind,
     EngineSettings,
     MethodSettings,
@@ -23,6 +24,7 @@ __all__ = [
     "VOLATILE",
     "ConfigError",
     "DataSettings",
+    "EngineArgs",
     "EngineKind",
     "EngineSettings",
     "MethodSettings",

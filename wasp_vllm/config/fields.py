@@ -21,11 +21,18 @@ class ConfigError(ValueError):
 
 
 def setting(
-    default: Any, help: str, panel: str | None = None, *, flag: str | None = None, **constraints: Any
+    default: Any,
+    help: str,
+    panel: str | None = None,
+    *,
+    flag: str | None = None,
+    hidden: bool = False,
+    **constraints: Any,
 ) -> Any:
     """A field of a settings model: its default, its help text and where ``--help`` shows it (a
-    :class:`Role`'s fields take the role's panel)."""
-    return Field(default, description=help, json_schema_extra={"panel": panel, "flag": flag}, **constraints)
+    :class:`Role`'s fields take the role's panel); ``hidden``: a test setting, kept out of ``--help``."""
+    extra = {"panel": panel, "flag": flag, "hidden": hidden}
+    return Field(default, description=help, json_schema_extra=extra, **constraints)  # type: ignore[arg-type]
 
 
 class Role(BaseModel):

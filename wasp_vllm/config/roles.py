@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from wasp_vllm.config.choices import AccountantMode, Neighbour
 from wasp_vllm.config.fields import Role, setting
@@ -98,7 +98,7 @@ class PrivacySettings(Role):
     )  # fmt: skip
     noise_seed: int | None = setting(
         None, "Fix the DP noise seed. Tests only: anyone knowing it can remove the noise (the "
-        "manifest then marks epsilon as void).",
+        "manifest then marks epsilon as void).", hidden=True,
     )  # fmt: skip
     label_prior_share: float = setting(
         0.1, "Share of the privacy budget (in GDP mu^2) spent on the label histogram.", gt=0, lt=1
@@ -157,7 +157,10 @@ class MethodSettings(Role):
         "epsilon; needs the exact accountant and no parties).",
     )  # fmt: skip
     parties: int | None = setting(None, "Federated: number of data parties L.", ge=2)
-    dirichlet: float = setting(1.0, "Federated: Dirichlet alpha of the label split over parties.", gt=0)
+    dirichlet: float = setting(
+        1.0, "Federated, simulated: Dirichlet alpha of the label split over parties (tests, benchmarks).",
+        gt=0, hidden=True,
+    )  # fmt: skip
     tolerance: int = setting(0, "Federated: colluding or dropped parties tolerated.", ge=0)
 
     @field_validator("strategy")
@@ -178,13 +181,67 @@ class SamplingSettings(Role):
     # step, which halves gemma3's (262k vocabulary) tokens/s; top-k=50 is also transformers' default.
     top_p: float = setting(1.0, "Nucleus sampling mass (1 = off).", gt=0, le=1)
     top_k: int = setting(50, "Sample each token from the k likeliest (0 = off).", ge=0)
-    max_attempts: int = setting(3, "Generations per sample before a reject counts as a shortfall.", ge=1)
 
 
 #: Which engine serves a PLM ('auto': vLLM where it can, else transformers).
 EngineKind = Literal["auto", "vllm", "hf", "openai"]
 #: The PLMs' number type ('auto': decided per machine, ``engines.devices.model_dtype``).
 ModelDtype = Literal["auto", "bfloat16", "float16", "float32"]
+
+
+class EngineArgs(BaseModel):
+    """How the engines use the machine and how hard a run tries: ``--engine-arg KEY=VALUE``
+    (repeatable), ``[engine_args]`` in a run file.  Their defaults suit a small CPU and a GPU box
+    alike; most runs set none."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    concurrent: bool | None = setting(None, "PLMs generate at the same time (default: on a GPU).")
+    batch_size: int = setting(32, "Prompts per batch of the transformers engine.", ge=1)
+    max_model_len: int = setting(2048, "Longest prompt plus sample, in tokens.", ge=128)
+    gpu_memory_utilization: float | None = setting(
+        None, "GPU share per vLLM engine (default: 0.9 split over the PLMs; 0.85 with sleep_mode).",
+        gt=0, le=1,
+    )  # fmt: skip
+    cpu_kv_cache_gib: int = setting(1, "KV cache of a CPU vLLM engine, in GiB.", ge=1)
+    enforce_eager: bool | None = setting(None, "vLLM without CUDA graphs (default: on CPU).")
+    dtype: ModelDtype = setting(
+        "auto", "Number type of the PLMs' weights: 'auto' = bfloat16 on a GPU or a CPU with native bf16, "
+        "float32 on other CPUs (where bf16 is emulated: 3-4x slower).",
+    )  # fmt: skip
+    sleep_mode: bool = setting(False, "GPU: PLMs take turns (vLLM sleep mode) instead of sharing memory.")
+    engine_retries: int = setting(2, "Retries of a failing engine call before the PLM is dropped.", ge=0)
+    max_attempts: int = setting(3, "Generations per sample before a reject counts as a shortfall.", ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_pairs(cls, data: Any) -> Any:
+        """``["batch_size=16", ...]`` (``--engine-arg``, repeated) as a table; the fields convert."""
+        if not isinstance(data, list):
+            return data
+        table = {}
+        for pair in data:
+            key, sep, value = str(pair).partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"--engine-arg {pair!r}: write KEY=VALUE, e.g. --engine-arg batch_size=16")
+            table[key.strip()] = value.strip()
+        return table
+
+    def side_by_side(self, gpu: bool) -> bool:
+        """Whether the PLMs generate at the same time: ``concurrent``, by default on a GPU; never
+        in sleep mode, where they take turns."""
+        together = self.concurrent if self.concurrent is not None else gpu
+        return together and not self.sleep_mode
+
+    @classmethod
+    def help(cls) -> str:
+        """One line per argument, as ``--engine-arg`` lists them."""
+        return "; ".join(
+            f"{name} ({_shown(f.default)}): {f.description}" for name, f in cls.model_fields.items()
+        )
+
+
+def _shown(default: Any) -> str:
+    return "auto" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
 
 
 class EngineSettings(Role):
@@ -195,18 +252,7 @@ class EngineSettings(Role):
         "auto", "'auto' (vLLM where it can, else transformers), 'vllm', 'hf' or 'openai'."
     )
     embedder: str = setting("auto", "Sentence embedder: 'auto', 'sentence-t5-base', 'minilm' or a path.")
-    engine_retries: int = setting(2, "Retries of a failing engine call before the PLM is dropped.", ge=0)
-    concurrent: bool | None = setting(None, "PLMs generate at the same time (default: on a GPU).")
-    batch_size: int = setting(32, "Prompts per batch of the transformers engine.", ge=1)
-    max_model_len: int = setting(2048, "Longest prompt plus sample, in tokens.", ge=128)
-    gpu_memory_utilization: float | None = setting(
-        None, "GPU share per vLLM engine (default: 0.9 split over the PLMs; 0.85 with --sleep-mode).",
-        gt=0, le=1,
+    engine_args: EngineArgs = setting(
+        EngineArgs(), "KEY=VALUE, repeatable: an engine argument (in a run file, the table [engine_args]). "
+        + EngineArgs.help(), flag="--engine-arg",
     )  # fmt: skip
-    cpu_kv_cache_gib: int = setting(1, "KV cache of a CPU vLLM engine, in GiB.", ge=1)
-    enforce_eager: bool | None = setting(None, "vLLM without CUDA graphs (default: on CPU).")
-    dtype: ModelDtype = setting(
-        "auto", "Number type of the PLMs' weights: 'auto' = bfloat16 on a GPU or a CPU with native bf16, "
-        "float32 on other CPUs (where bf16 is emulated: 3-4x slower).",
-    )  # fmt: skip
-    sleep_mode: bool = setting(False, "GPU: PLMs take turns (vLLM sleep mode) instead of sharing memory.")

@@ -16,6 +16,7 @@ from pydantic import ConfigDict, model_validator
 from wasp_vllm.config.fields import ConfigError, build_settings
 from wasp_vllm.config.roles import (
     DataSettings,
+    EngineArgs,
     EngineSettings,
     LaterPrompt,
     MethodSettings,
@@ -138,13 +139,18 @@ class RunConfig(
         keep = self.model_dump(mode="json")
         for volatile in VOLATILE:
             keep.pop(volatile)
+        for volatile in VOLATILE_ENGINE_ARGS:
+            keep["engine_args"].pop(volatile)
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
-#: Settings a resumed run may change: they decide how fast, not what (and the noise seed, above; and
-#: the licence, which only the card states).
-VOLATILE = ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib", "sleep_mode", "noise_seed",
-            "license")  # fmt: skip
+#: Settings a resumed run may change: the noise seed (above) and the licence, which only the card
+#: states; and the engine arguments that decide how fast, not what.
+VOLATILE = ("noise_seed", "license")
+VOLATILE_ENGINE_ARGS = ("engine_retries", "concurrent", "batch_size", "cpu_kv_cache_gib", "sleep_mode")
+#: Settings that became engine arguments (2026-12): a run file or a keyword that still sets one at
+#: the top level is told where it went.
+MOVED_TO_ENGINE_ARGS = frozenset(EngineArgs.model_fields)
 
 
 #: Settings that were measured, not adopted and removed (2026-12): a run file that still sets one is
@@ -165,6 +171,14 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> RunC
             f"{', '.join(gone)}: measured, not adopted and removed from wasp-vllm "
             "(docs/research/levers-not-adopted.md; the last version with it is commit f7b6f4b); "
             "leave it out"
+        )
+    moved = sorted(MOVED_TO_ENGINE_ARGS & (set(file_values) | set(overrides)))
+    if moved:
+        example = moved[0]
+        raise ConfigError(
+            f"{', '.join(moved)}: now an engine argument: --engine-arg {example}=VALUE on the command "
+            f"line, {example} = ... under [engine_args] in a run file, engine_args={{{example!r}: ...}} "
+            "from Python"
         )
     merged = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
     return build_settings(RunConfig, merged)

@@ -34,20 +34,21 @@ class EngineOptions:
     @classmethod
     def from_settings(cls, engines: EngineSettings, *, seed: int, plms: int) -> EngineOptions:
         """The options of each of a run's ``plms`` engines; ``seed`` is the run's sampling seed."""
-        share = engines.gpu_memory_utilization
+        args = engines.engine_args
+        share = args.gpu_memory_utilization
         if share is None:
             # K engines share one GPU by splitting its memory, or take turns at most of it.
-            share = SLEEP_MODE_SHARE if engines.sleep_mode else round(GPU_SHARE / plms, 3)
+            share = SLEEP_MODE_SHARE if args.sleep_mode else round(GPU_SHARE / plms, 3)
         return cls(
             kind=engines.engine,
             seed=seed,
-            max_model_len=engines.max_model_len,
-            batch_size=engines.batch_size,
-            cpu_kv_cache_gib=engines.cpu_kv_cache_gib,
-            enforce_eager=engines.enforce_eager,
-            sleep_mode=engines.sleep_mode and gpu_available(),
+            max_model_len=args.max_model_len,
+            batch_size=args.batch_size,
+            cpu_kv_cache_gib=args.cpu_kv_cache_gib,
+            enforce_eager=args.enforce_eager,
+            sleep_mode=args.sleep_mode and gpu_available(),
             gpu_memory_utilization=share,
-            dtype=model_dtype(engines.dtype),
+            dtype=model_dtype(args.dtype),
         )
 
     @classmethod

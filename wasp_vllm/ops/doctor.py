@@ -108,7 +108,8 @@ def _dtype_row() -> Row:
         why = "this CPU computes bf16 natively"
     else:
         why = "this CPU has no native bf16 (it would be emulated, 3-4x slower)"
-    return Row("device", "PLM number type", OK, f"{chosen}: {why}; --dtype overrides", key="dtype")
+    detail = f"{chosen}: {why}; --engine-arg dtype=... overrides"
+    return Row("device", "PLM number type", OK, detail, key="dtype")
 
 
 def _gpu_row(cuda: str | None) -> Row:

@@ -120,7 +120,6 @@ def plan_run(cfg: RunConfig, privacy: PrivacyPlan | None = None) -> RunPlan:
     quotas, final = planned_quotas(cfg)
     cap = cfg.max_new_tokens or task.max_new_tokens
     engines = [_engine_estimate(spec, cfg, device, sum(q[spec] for q in quotas), cap) for spec in cfg.plms]
-    concurrent = cfg.concurrent if cfg.concurrent is not None else device == "gpu"
     labels = f"even over the {len(task.labels)} labels"
     if cfg.label_prior == "private":
         labels = "per label: from the noisy histogram of the private labels (known once it is released)"
@@ -141,7 +140,7 @@ def plan_run(cfg: RunConfig, privacy: PrivacyPlan | None = None) -> RunPlan:
         quotas_final=final,
         labels=labels,
         engines=engines,
-        concurrent=bool(concurrent and not cfg.sleep_mode),
+        concurrent=cfg.engine_args.side_by_side(gpu=device == "gpu"),
         overhead_s=throughput.OVERHEAD_S + throughput.OVERHEAD_S_PER_SAMPLE * cfg.n,
         dequantize_s=DEQUANTIZE_S * sum(_needs_dequantizing(spec) for spec in cfg.plms),
     )

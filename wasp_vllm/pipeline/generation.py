@@ -86,7 +86,7 @@ def generate_share(
     result = PLMResult()
     kept_keys: set[str] = set()
     start = time.perf_counter()
-    for attempt in range(cfg.max_attempts):
+    for attempt in range(cfg.engine_args.max_attempts):
         if not wanted:
             break
         started = time.perf_counter()
@@ -94,7 +94,9 @@ def generate_share(
         result.prompt_seconds += time.perf_counter() - started
         seeds = [request_seed(cfg.seed, t, share.k, share.part, s.index, attempt) for s in slots]
         started = time.perf_counter()
-        completions = _generate_with_retries(engine, slots, seeds, params, cfg.engine_retries, result)
+        completions = _generate_with_retries(
+            engine, slots, seeds, params, cfg.engine_args.engine_retries, result
+        )
         result.engine_seconds += time.perf_counter() - started
         missing = []
         candidates: list[tuple[Slot, str]] = []
@@ -120,7 +122,7 @@ def generate_share(
     if result.shortfall:
         log.debug(
             "%s round %d: %d of %d samples still unusable after %d attempts; asking the others",
-            engine.name, t, result.shortfall, share.quota, cfg.max_attempts,
+            engine.name, t, result.shortfall, share.quota, cfg.engine_args.max_attempts,
         )  # fmt: skip
     return result
 
@@ -266,7 +268,7 @@ class RoundGeneration:
         plms, total = state.plms, int(quotas.sum())
         results: dict[str, PLMResult] = {}
         shares = [Share(k, int(quotas[k])) for k, p in enumerate(plms) if p in state.active]
-        usual_passes, cap, part = len(plms) + rin.cfg.max_attempts, None, 0
+        usual_passes, cap, part = len(plms) + rin.cfg.engine_args.max_attempts, None, 0
         while True:
             part += 1
             for share, res in self._run_shares(rin, shares, plms):

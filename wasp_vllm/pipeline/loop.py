@@ -306,8 +306,12 @@ class Run:
         """Engines for the active PLMs, the embedder and the voting mechanism; engines closed after."""
         try:
             self._open_engines(state)
-            concurrent = self.cfg.concurrent if self.cfg.concurrent is not None else gpu_available()
-            concurrent = concurrent and not self.cfg.sleep_mode  # sleeping engines take turns
+            concurrent = (
+                self.cfg.engine_args.concurrent
+                if self.cfg.engine_args.concurrent is not None
+                else gpu_available()
+            )
+            concurrent = concurrent and not self.cfg.engine_args.sleep_mode  # sleeping engines take turns
             self.generation = RoundGeneration(
                 self.engines, concurrent, self.timings, self._progress_bar(state)
             )
