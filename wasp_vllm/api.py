@@ -227,11 +227,14 @@ def generate(
     sources = "; ".join(sorted({e.source for e in estimate.engines}))
     log.info("estimated %s of work (throughput: %s)", _minutes(estimate.total_s), sources)
     chosen = backends or default_backends(cfg)
+    # The engines' libraries print into out/private/engines.log, unless DEBUG logging (-v) asks for all
+    quiet = not logging.getLogger("wasp_vllm").isEnabledFor(logging.DEBUG)
     run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
-              estimate=estimate)  # fmt: skip
+              estimate=estimate, engine_log=quiet)  # fmt: skip
     manifest = run.execute(resume=resume, overwrite=overwrite)
-    assert manifest.estimate is not None  # the run was given its estimate above
-    if record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
+    if run.already_finished:
+        log.info("the run in %s had finished: nothing to resume, its files are left as they were", out)
+    elif record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
         throughput.record(manifest, str(estimate.summary["device"]))
     return RunResult(Path(out), manifest)
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from wasp_vllm.config import ConfigError
 from wasp_vllm.engines import Engine, GenerationParams, ModelError
+from wasp_vllm.engines.chatter import engine_messages
 from wasp_vllm.engines.devices import gpu_available
 from wasp_vllm.engines.embedder import encode_each
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
@@ -79,10 +80,12 @@ class Run:
     """
 
     def __init__(self, ctx: RunContext, out: Any, *, engine_factory: EngineFactory, embedder: Any,
-                 progress: Any = None, estimate: RunPlan | None = None) -> None:  # fmt: skip
+                 progress: Any = None, estimate: RunPlan | None = None,
+                 engine_log: bool = False) -> None:  # fmt: skip
         self.ctx, self.cfg, self.strategy, self.policy = ctx, ctx.cfg, ctx.strategy, ctx.policy
         check_planned_votes(ctx)
         self.store = RunStore(out)
+        self.engine_log, self.already_finished = (self.store.engine_log_path if engine_log else None), False
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}
         self.engines: dict[str, Engine] = {}
@@ -97,8 +100,11 @@ class Run:
     def execute(self, *, resume: bool = False, overwrite: bool = False) -> Manifest:
         with self.store.prepared(resume=resume, overwrite=overwrite):  # the folder is this run's alone
             state = self._load_or_start(resume)
+            if state.completed_rounds >= self.cfg.rounds and (done := self.store.finished()):
+                self.already_finished = True  # a resume with nothing to do: the files stay as they are
+                return Manifest.from_json(done)
             if state.completed_rounds < self.cfg.rounds:  # else killed while writing the final file
-                with self._session(state):
+                with engine_messages(self.engine_log), self._session(state):  # (engines.chatter)
                     for t in range(state.completed_rounds, self.cfg.rounds):
                         self._round(t, state)
             return self._finish(state)

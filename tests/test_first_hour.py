@@ -1,0 +1,111 @@
+"""Issue 73, items 6 to 10: a new user's first hour.
+
+Generation comes from ``FakeEngineForUnitTests`` (and ``ChattyEngineForUnitTests``, which also
+writes to the stderr descriptor as vLLM's engine processes do) and embeddings from
+``HashEmbedderForTests``: the subject is what the commands do around the engines, not an LLM.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.fakes import FakeEngineForUnitTests, use_fake_backends
+from wasp_vllm.cli import app
+
+CHATTER = "chatter of the engine's library, as vLLM writes it"
+SMALL = ["--plms", "a,b", "--n", "36", "--rounds", "3", "--q", "2", "--s", "2"]
+
+
+class ChattyEngineForUnitTests(FakeEngineForUnitTests):
+    """FAKE engine for unit tests: the base engine's samples, and a line written straight to the
+    stderr descriptor at every call (as vLLM's engine process and C++ code do); it reports public
+    facts about itself as the real engines do (the manifest's ``engines``)."""
+
+    def generate(self, prompts, seeds, params):
+        os.write(2, f"{CHATTER} ({self.name}, call {self.calls + 1})\n".encode())
+        return super().generate(prompts, seeds, params)
+
+    def stats(self) -> dict:
+        return {"device": "cpu", "dtype": "bfloat16"}
+
+
+class InterruptedForUnitTests(ChattyEngineForUnitTests):
+    """FAKE engine for unit tests: at its ``at``-th call it looks where the engine log is, then
+    the user presses Ctrl-C."""
+
+    def __init__(self, name: str, out: Path, at: int) -> None:
+        super().__init__(name)
+        self.out, self.at = out, at
+        self.seen: dict[str, object] = {}
+
+    def generate(self, prompts, seeds, params):
+        if self.calls + 1 == self.at:
+            log = self.out / "private" / "engines.log"
+            self.seen = {
+                "log": log.read_text() if log.is_file() else None,
+                "temporary": sorted(p.name for p in Path(tempfile.gettempdir()).iterdir()),
+            }
+            self.at = 0  # once
+            raise KeyboardInterrupt
+        return super().generate(prompts, seeds, params)
+
+
+def _cli(*argv: str):
+    return CliRunner().invoke(app, list(argv), env={"COLUMNS": "200"})
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+# --- item 6: a command that is refused or does nothing changes nothing ------------------------------
+
+
+def test_a_refused_generate_and_a_resume_of_a_finished_run_change_nothing(tmp_path, monkeypatch):
+    use_fake_backends(monkeypatch, {p: ChattyEngineForUnitTests(p) for p in "ab"})
+    monkeypatch.chdir(tmp_path)
+    first = _cli("generate", *SMALL, "--out", "run")
+    assert first.exit_code == 0, first.output
+    run = tmp_path / "run"
+    log = (run / "private" / "engines.log").read_text()
+    assert CHATTER in log and CHATTER not in first.output  # the engines' chatter went to the run's log
+    assert "engines" in (run / "manifest.json").read_text()
+    before = _files(run)
+    refused = _cli("generate", *SMALL, "--out", "run")
+    assert refused.exit_code == 2 and "already holds a run" in refused.output
+    assert _files(run) == before  # the engine log of the run is kept whole (it was emptied)
+    resumed = _cli("generate", *SMALL, "--out", "run", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert _files(run) == before  # the manifest keeps its engines and the estimate its engine kinds
+    assert "nothing to resume" in resumed.output
+
+
+def test_the_engine_log_is_in_the_run_s_private_folder_from_the_start(tmp_path, monkeypatch):
+    """A run stopped in any way leaves its engine log with the run, never in the temporary folder."""
+    monkeypatch.chdir(tmp_path)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    stopping = InterruptedForUnitTests("b", tmp_path / "run", at=2)
+    use_fake_backends(monkeypatch, {"a": ChattyEngineForUnitTests("a"), "b": stopping})
+    stopped = _cli("generate", *SMALL, "--out", "run")
+    assert stopped.exit_code != 0
+    assert stopping.seen["log"] is not None and CHATTER in str(stopping.seen["log"])
+    assert not [name for name in stopping.seen["temporary"] if "wasp-vllm" in str(name)]
+    log = tmp_path / "run" / "private" / "engines.log"
+    stopped_log = log.read_text()
+    assert CHATTER in stopped_log and not list(scratch.iterdir())
+    resumed = _cli("generate", *SMALL, "--out", "run", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    after = log.read_text()  # the resumed session's lines come after the first's
+    assert after.startswith(stopped_log) and CHATTER in after.removeprefix(stopped_log)
+
+
+@pytest.fixture(autouse=True)
+def _scratch_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WASP_VLLM_CACHE", str(tmp_path / "cache"))
