@@ -7,15 +7,21 @@ writes to the stderr descriptor as vLLM's engine processes do) and embeddings fr
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.fakes import FakeEngineForUnitTests, use_fake_backends
+from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
 from wasp_vllm.cli import app
+from wasp_vllm.tasks import get_task
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "docs" / "examples"
 
 CHATTER = "chatter of the engine's library, as vLLM writes it"
 SMALL = ["--plms", "a,b", "--n", "36", "--rounds", "3", "--q", "2", "--s", "2"]
@@ -104,6 +110,40 @@ def test_the_engine_log_is_in_the_run_s_private_folder_from_the_start(tmp_path, 
     assert resumed.exit_code == 0, resumed.output
     after = log.read_text()  # the resumed session's lines come after the first's
     assert after.startswith(stopped_log) and CHATTER in after.removeprefix(stopped_log)
+
+
+# --- item 7: a run is self-describing -----------------------------------------------------------------
+
+
+def test_a_run_made_with_a_task_file_is_read_anywhere_without_it(tmp_path, monkeypatch):
+    """The manifest records the task itself, not the path as typed: evaluate, report and publish
+    work from another folder, and after the task file is gone."""
+    use_fake_backends(monkeypatch)
+    monkeypatch.setattr("wasp_vllm.evaluation.runner._make_embedder", lambda spec: HashEmbedderForTests())
+    work = tmp_path / "work"
+    shutil.copytree(EXAMPLES, work)
+    monkeypatch.chdir(work)
+    made = _cli("generate", "--task", "tickets.toml", "--private", "tickets.csv", "--plms", "a,b",
+                "--n", "12", "--rounds", "2", "--s", "2", "--label-check", "off", "--out", "run")  # fmt: skip
+    assert made.exit_code == 0, made.output
+    manifest = json.loads((work / "run" / "manifest.json").read_text())
+    assert manifest["config"]["task"] == "tickets"  # its name, not the path as typed
+    assert manifest["task_spec"] == get_task("tickets.toml").model_dump(mode="json")
+    (work / "tickets.toml").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    scored = _cli(
+        "evaluate", "--synthetic", "../work/run/synthetic.parquet", "--test", "../work/tickets-test.csv"
+    )
+    assert scored.exit_code == 0, scored.output
+    assert json.loads(scored.stdout)["task"] == "tickets"
+    drawn = _cli("report", "../work/run", "--out", "page")
+    assert drawn.exit_code == 0, drawn.output
+    assert "feature_request" in (elsewhere / "page" / "index.html").read_text()
+    shared = _cli("publish", "../work/run", "shared")
+    assert shared.exit_code == 0, shared.output
+    assert "feature_request" in (elsewhere / "shared" / "README.md").read_text()
 
 
 @pytest.fixture(autouse=True)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from wasp_vllm.pipeline.estimate import RunPlan
     from wasp_vllm.pipeline.manifest import Manifest
     from wasp_vllm.pipeline.policy import RoundPolicy
+    from wasp_vllm.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -254,24 +255,32 @@ def _log_plan(ctx: Any) -> None:
     )  # fmt: skip
 
 
-def synthetic_task(synthetic: Path, task: str | None) -> str:
-    """The task an evaluation scores ``synthetic`` on: ``task`` when given, else the one its run's
-    manifest (beside it) names; never a default the user did not choose."""
+def synthetic_task(synthetic: Path, task: str | None) -> TaskSpec:
+    """The task an evaluation scores ``synthetic`` on: ``task`` (a name or file) when given, else
+    the task its run's manifest (beside it) records, wherever its task file is now; never a default
+    the user did not choose."""
+    from wasp_vllm.pipeline.manifest import recorded_task
+    from wasp_vllm.tasks import get_task
+
     if not synthetic.is_file():
         what = "not a file" if synthetic.exists() else "file not found"
         raise ConfigError(f"{synthetic}: {what} (pass the synthetic.parquet a run wrote)")
-    manifest = synthetic.parent / "manifest.json"
-    recorded = None
-    if manifest.is_file():
+    path = synthetic.parent / "manifest.json"
+    manifest = None
+    if path.is_file():
         try:
-            recorded = json.loads(manifest.read_text())["config"]["task"]
-        except (ValueError, KeyError, TypeError):
-            raise ConfigError(f"{manifest} is not a wasp-vllm manifest: pass --task") from None
-    if task is None and recorded is None:
-        raise ConfigError(f"no manifest.json beside {synthetic} names its task: pass --task NAME or FILE")
-    if task is not None and recorded is not None and task != recorded:
-        log.warning("scoring on task %s, though the run generated for task %s", task, recorded)
-    return task if task is not None else str(recorded)
+            manifest = json.loads(path.read_text())
+            ran = str(manifest.get("task") or manifest["config"]["task"])  # the top level: its name
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ConfigError(f"{path} is not a wasp-vllm manifest: pass --task") from None
+    if task is None:
+        if manifest is None:
+            raise ConfigError(f"no manifest.json beside {synthetic} names its task: pass --task NAME or FILE")
+        return recorded_task(manifest)
+    chosen = get_task(task)
+    if manifest is not None and chosen.name != ran:
+        log.warning("scoring on task %s, though the run generated for task %s", chosen.name, ran)
+    return chosen
 
 
 def evaluate(
@@ -285,7 +294,7 @@ def evaluate(
 ) -> SyntheticScores:
     """Train a task model on the synthetic set and score it on real test data (see ``evaluate``).
 
-    ``task`` defaults to the one the run's manifest (beside the synthetic file) names.
+    ``task`` defaults to the one the run's manifest (beside the synthetic file) records.
     ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the
     operator's FID against the raw private records, in the report's ``operator_only`` section.
     ``reference=`` adds the label agreement, also in ``operator_only`` unless
@@ -297,12 +306,14 @@ def evaluate(
     from wasp_vllm.evaluation.settings import EvalSettings
 
     path = synthetic.synthetic_path if isinstance(synthetic, RunResult) else Path(synthetic)
+    spec = synthetic_task(path, task)
     values = {
         "test": str(test),
-        "task": synthetic_task(path, task),
+        "task": task or spec.name,
         "private": None if private is None else str(private),
     }
     if isinstance(embedder, str):
         values["embedder"] = embedder
     ready = None if embedder is None or isinstance(embedder, str) else embedder
-    return evaluate_synthetic(path, build_settings(EvalSettings, values | settings), embedder=ready)
+    chosen = build_settings(EvalSettings, values | settings)
+    return evaluate_synthetic(path, chosen, embedder=ready, task=spec)

@@ -43,11 +43,12 @@ def evaluate(
         from wasp_vllm.api import synthetic_task
         from wasp_vllm.evaluation import evaluate_synthetic
 
-        # The run's own task unless --task names another: a default task would score on labels the
-        # user never chose.
-        settings["task"] = synthetic_task(synthetic, settings.get("task"))
+        # The run's own task (as its manifest records it) unless --task names another: a default
+        # task would score on labels the user never chose.
+        task = synthetic_task(synthetic, settings.get("task"))
+        settings["task"] = settings.get("task") or task.name
         # An EvaluationError is a ValueError: friendly_errors turns it into one line and exit 2.
-        report = evaluate_synthetic(synthetic, build_settings(EvalSettings, settings))
+        report = evaluate_synthetic(synthetic, build_settings(EvalSettings, settings), task=task)
         _print_report(report, out)
 
 

@@ -12,7 +12,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,9 @@ from wasp_vllm.evaluation.common import EvaluationError
 from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
 from wasp_vllm.evaluation.results import LabelAgreement, OperatorFigures, SyntheticCounts, SyntheticScores
 from wasp_vllm.evaluation.settings import EvalSettings
+
+if TYPE_CHECKING:
+    from wasp_vllm.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,7 @@ def evaluate_synthetic(
     *,
     embedder: TextEncoder | None = None,
     bert_settings: BertSettings | None = None,
+    task: TaskSpec | None = None,
 ) -> SyntheticScores:
     """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
 
@@ -179,14 +183,15 @@ def evaluate_synthetic(
     operator's section unless ``reference_public`` declares that the reference holds no private
     record (then it is published as ``label_agreement``).  FID (the operator's figure) only with
     ``settings.private``, drawn as the generation run drew it (``private_limit``, ``seed``).
-    ``embedder`` overrides ``settings.embedder`` with a ready encoder.
+    ``embedder`` overrides ``settings.embedder`` with a ready encoder; ``task`` the task
+    ``settings.task`` names (the one a run's manifest records, whose file may be elsewhere).
     """
     from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
 
     if settings.reference is not None and settings.reference_public:  # before any work: the user's mistake
         _check_declared_public(settings.reference, settings.private, Path(synthetic_path))
-    task = get_task(settings.task)
+    task = task or get_task(settings.task)
     synth = read_synthetic(synthetic_path, task)
     if not synth.texts:
         raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")

