@@ -8,15 +8,22 @@ writes to the stderr descriptor as vLLM's engine processes do) and embeddings fr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
+import wasp_vllm
 from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
+from tests.privacy_checks import private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.tasks import get_task
 
@@ -144,6 +151,92 @@ def test_a_run_made_with_a_task_file_is_read_anywhere_without_it(tmp_path, monke
     shared = _cli("publish", "../work/run", "shared")
     assert shared.exit_code == 0, shared.output
     assert "feature_request" in (elsewhere / "shared" / "README.md").read_text()
+
+
+# --- item 8: the Python API does what its page says --------------------------------------------------
+
+API = dict(plms=["a", "b"], n=36, rounds=3, q=2, s=2)
+LABELS = ["positive", "neutral", "negative"]
+
+
+def test_plan_takes_out_and_warns_where_the_run_would_stop(tmp_path, caplog):
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "manifest.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="wasp_vllm"):
+        wasp_vllm.plan(plms=["smollm2"], out=done)  # it raised "unknown setting 'out'"
+    assert "already holds a run" in caplog.text and "the run would stop there" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wasp_vllm"):
+        wasp_vllm.plan(plms=["smollm2"], out=done, resume=True)
+        wasp_vllm.plan(plms=["smollm2"], out=tmp_path / "new")
+    assert "would stop" not in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done"] and list(done.iterdir()) == [
+        done / "manifest.json"
+    ]
+    with pytest.raises(ValueError, match="exclude each other"):
+        wasp_vllm.plan(plms=["smollm2"], out=done, resume=True, overwrite=True)
+
+
+def _test_frame(n: int = 30) -> pd.DataFrame:
+    return pd.DataFrame({"review": private_texts(n, seed=5), "rating": [LABELS[i % 3] for i in range(n)]})
+
+
+def test_evaluate_takes_in_memory_test_data_and_never_prints_it(tmp_path, monkeypatch, caplog, capsys):
+    use_fake_backends(monkeypatch)
+    result = wasp_vllm.generate(out=tmp_path / "run", **API)
+    frame, embedder = _test_frame(), HashEmbedderForTests()
+    keyed = dict(text_col="review", label_col="rating", embedder=embedder)
+    scores = [
+        wasp_vllm.evaluate(result, test=test, **keyed)
+        for test in (frame, frame.to_dict("records"), pa.Table.from_pandas(frame))
+    ]
+    assert {s.classifier.n_test for s in scores} == {30} and len({s.classifier.accuracy for s in scores}) == 1
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(ValueError) as refused:
+            wasp_vllm.evaluate(result, test=frame, embedder=embedder)  # its columns are review, rating
+        with pytest.raises(ValueError) as odd:
+            wasp_vllm.evaluate(result, test=42, embedder=embedder)
+    for exc in (refused.value, odd.value):
+        assert len(str(exc).splitlines()) == 1
+    assert "no text column 'text'" in str(refused.value) and "test data of type int" in str(odd.value)
+    said = str(refused.value) + caplog.text + "".join(capsys.readouterr())
+    assert not any(text.split()[1] in said for text in frame["review"])  # not one record's words
+
+
+CHATTY_API_RUN = """
+import logging, sys
+import pytest
+from tests.fakes import use_fake_backends
+from tests.test_first_hour import ChattyEngineForUnitTests
+import wasp_vllm
+
+class LoudEngineForUnitTests(ChattyEngineForUnitTests):
+    def generate(self, prompts, seeds, params):
+        logging.getLogger("vllm").warning("vllm start-up line, as its logger writes it")
+        return super().generate(prompts, seeds, params)
+
+logging.basicConfig(level=logging.INFO)
+use_fake_backends(pytest.MonkeyPatch(), {p: LoudEngineForUnitTests(p) for p in "ab"})
+wasp_vllm.generate(out=sys.argv[1], plms=["a", "b"], n=36, rounds=3, q=2, s=2)
+"""
+
+
+def test_generate_from_python_keeps_engine_logs_off_the_console_and_sums_up(tmp_path):
+    """A script with logging at INFO: the engines' chatter goes to the run's engine log, wasp_vllm's
+    lines stay on the console, the last of them one line that sums the run up."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WASP_VLLM_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHATTY_API_RUN, str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    console = proc.stdout + proc.stderr
+    assert CHATTER not in console and "vllm start-up line" not in console
+    assert "round 2: 12 samples" in console  # wasp_vllm's own lines are still there
+    last = console.strip().splitlines()[-1]
+    assert "36 samples written to" in last and "epsilon spent 4.000 of 4" in last, last
+    assert CHATTER in (tmp_path / "run" / "private" / "engines.log").read_text()
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from wasp_vllm.config import ConfigError, RunConfig, build_config, build_settings, read_config_file
 from wasp_vllm.config.checks import check_writable_folder
-from wasp_vllm.pipeline.store import PUBLISHED, RunStore
+from wasp_vllm.pipeline.store import PUBLISHED, CheckpointError, RunStore
 
 if TYPE_CHECKING:
     from wasp_vllm.evaluation.results import SyntheticScores
@@ -116,20 +116,21 @@ class RunResult:
         return datasets.Dataset(self.to_arrow())
 
 
-def as_table(private: Any) -> pa.Table | None:
-    """An Arrow table for in-memory private data; None for a path or built-in name."""
-    if private is None or isinstance(private, (str, Path)):
+def as_table(data: Any, what: str = "private data") -> pa.Table | None:
+    """An Arrow table for in-memory data (``what`` names it in an error, which never shows the
+    data); None for a path or built-in name."""
+    if data is None or isinstance(data, (str, Path)):
         return None
-    if isinstance(private, pa.Table):
-        return private
-    if type(private).__module__.startswith("pandas"):
-        return pa.Table.from_pandas(private, preserve_index=False)
-    if type(private).__module__.startswith("datasets"):
-        return private.data.table if hasattr(private.data, "table") else pa.Table.from_pylist(list(private))
-    if isinstance(private, Sequence) and all(isinstance(r, Mapping) for r in private):
-        return pa.Table.from_pylist([dict(r) for r in private])
+    if isinstance(data, pa.Table):
+        return data
+    if type(data).__module__.startswith("pandas"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if type(data).__module__.startswith("datasets"):
+        return data.data.table if hasattr(data.data, "table") else pa.Table.from_pylist(list(data))
+    if isinstance(data, Sequence) and all(isinstance(r, Mapping) for r in data):
+        return pa.Table.from_pylist([dict(r) for r in data])
     raise ConfigError(
-        f"private data of type {type(private).__name__} is not supported: pass a file path, a pandas "
+        f"{what} of type {type(data).__name__} is not supported: pass a file path, a pandas "
         "DataFrame, a list of dicts, an Arrow table or a datasets.Dataset"
     )
 
@@ -166,15 +167,24 @@ def private_name(private: Any) -> str:
 
 
 def plan(
-    private: Any = None, *, config: str | Path | Mapping[str, Any] | RunConfig | None = None, **settings: Any
+    private: Any = None,
+    *,
+    config: str | Path | Mapping[str, Any] | RunConfig | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    **settings: Any,
 ) -> RunPlan:
     """What a run with these settings will release, ask and cost (``generate --dry-run``).
 
     Reads settings and public facts only: the private data is never opened (not even its size) and
-    no model is loaded.  ``print(plan(...).to_dict())`` or ``wasp-vllm generate ... --dry-run``."""
+    no model is loaded.  ``out`` (with ``resume``, ``overwrite``) is the folder the run would write:
+    a warning says where the run would stop there, and nothing in it changes.
+    ``print(plan(...).to_dict())`` or ``wasp-vllm generate ... --dry-run``."""
     from wasp_vllm.pipeline.context import check_run, check_run_models, private_file_missing
     from wasp_vllm.pipeline.estimate import plan_run
 
+    _check_out_flags(resume, overwrite)
     cfg = run_config(private, config, settings)
     # The run's own checks (prepare makes them too), so a plan that prints is a run that starts.
     in_memory = private is not None and private_name(private) == IN_MEMORY  # the data stays unread
@@ -183,7 +193,24 @@ def plan(
     if not in_memory and (missing := private_file_missing(cfg)):
         # a plan may be made where the data is not; the run needs it
         log.warning("--private %s: the run itself needs it", missing)
+    if out is not None:
+        _warn_where_out_stops(Path(out), resume=resume, overwrite=overwrite)
     return plan_run(cfg)
+
+
+def _check_out_flags(resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
+
+
+def _warn_where_out_stops(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """The run's own checks of ``out`` (they change nothing), as warnings: a plan may be made on
+    another machine than the run's."""
+    try:
+        RunStore(out).check(resume=resume, overwrite=overwrite)
+        check_writable_folder(out, "--out")
+    except (CheckpointError, ConfigError) as exc:
+        log.warning("%s: the run would stop there", exc)
 
 
 def generate(
@@ -215,8 +242,7 @@ def generate(
 
     if out is None:
         raise ConfigError("generate needs out=: the folder the run writes to")
-    if resume and overwrite:
-        raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
+    _check_out_flags(resume, overwrite)
     cfg = run_config(private, config, settings)
     RunStore(out).check(resume=resume, overwrite=overwrite)
     check_writable_folder(out, "--out")
@@ -237,7 +263,13 @@ def generate(
         log.info("the run in %s had finished: nothing to resume, its files are left as they were", out)
     elif record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
         throughput.record(manifest, str(estimate.summary["device"]))
-    return RunResult(Path(out), manifest)
+    result = RunResult(Path(out), manifest)
+    spent = result.privacy
+    log.info(
+        "%d samples written to %s; %s, epsilon spent %.3f of %g", manifest.output.rows, result.synthetic_path,
+        spent.guarantee, spent.epsilon_spent, spent.epsilon_budget,
+    )  # fmt: skip
+    return result
 
 
 def _minutes(seconds: float) -> str:
@@ -295,20 +327,28 @@ def evaluate(
     """Train a task model on the synthetic set and score it on real test data (see ``evaluate``).
 
     ``task`` defaults to the one the run's manifest (beside the synthetic file) records.
-    ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the
-    operator's FID against the raw private records, in the report's ``operator_only`` section.
-    ``reference=`` adds the label agreement, also in ``operator_only`` unless
-    ``reference_public=True`` declares that the reference holds no private record.  Any other
-    keyword is a field of :class:`~wasp_vllm.evaluation.settings.EvalSettings`; ``embedder`` is
-    an embedder name, or a ready encoder (anything with ``encode``).
+    ``test`` is a file path, a built-in set name, or in-memory data as ``generate`` takes it (a
+    pandas DataFrame, a list of dicts, an Arrow table, a ``datasets.Dataset``).  ``private``
+    (optional: a file path or built-in set name) adds the operator's FID against the raw private
+    records, in the report's ``operator_only`` section.  ``reference=`` adds the label agreement,
+    also in ``operator_only`` unless ``reference_public=True`` declares that the reference holds
+    no private record.  Any other keyword is a field of
+    :class:`~wasp_vllm.evaluation.settings.EvalSettings`; ``embedder`` is an embedder name, or a
+    ready encoder (anything with ``encode``).  Errors name the problem, never the data.
     """
     from wasp_vllm.evaluation import evaluate_synthetic
     from wasp_vllm.evaluation.settings import EvalSettings
 
     path = synthetic.synthetic_path if isinstance(synthetic, RunResult) else Path(synthetic)
+    for name, value in (("private", private), ("reference", settings.get("reference"))):
+        if value is not None and not isinstance(value, (str, Path)):
+            raise ConfigError(
+                f"{name}= takes a file path or a built-in set name, not a {type(value).__name__}"
+            )
+    test_table = as_table(test, "test data")
     spec = synthetic_task(path, task)
     values = {
-        "test": str(test),
+        "test": str(test) if test_table is None else IN_MEMORY,
         "task": task or spec.name,
         "private": None if private is None else str(private),
     }
@@ -316,4 +356,4 @@ def evaluate(
         values["embedder"] = embedder
     ready = None if embedder is None or isinstance(embedder, str) else embedder
     chosen = build_settings(EvalSettings, values | settings)
-    return evaluate_synthetic(path, chosen, embedder=ready, task=spec)
+    return evaluate_synthetic(path, chosen, embedder=ready, task=spec, test_table=test_table)

@@ -161,8 +161,10 @@ def generate(
             from wasp_vllm.api import plan
             from wasp_vllm.cli.plan_view import print_plan
 
-            print_plan(plan(config=config, **settings), Console())
-            _warn_if_out_refuses(out, resume=resume, overwrite=overwrite)
+            # (plan warns where --out would stop the run here)
+            print_plan(
+                plan(config=config, out=out, resume=resume, overwrite=overwrite, **settings), Console()
+            )
             return
 
         with _progress() as progress, _out_kept(out):
@@ -170,17 +172,6 @@ def generate(
                 out=out, config=config, resume=resume, overwrite=overwrite, progress=progress, **settings
             )
         _print_summary(result.manifest, out)
-
-
-def _warn_if_out_refuses(out: Path, *, resume: bool, overwrite: bool) -> None:
-    """The dry run's word on --out: the run's own check of the folder (it changes nothing), as a
-    warning, since a plan may be made on another machine than the run's."""
-    from wasp_vllm.pipeline.store import CheckpointError, RunStore
-
-    try:
-        RunStore(out).check(resume=resume, overwrite=overwrite)
-    except CheckpointError as exc:
-        log.warning("%s: the run would stop there", exc)
 
 
 @contextmanager

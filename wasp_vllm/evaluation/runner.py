@@ -174,6 +174,7 @@ def evaluate_synthetic(
     embedder: TextEncoder | None = None,
     bert_settings: BertSettings | None = None,
     task: TaskSpec | None = None,
+    test_table: pa.Table | None = None,
 ) -> SyntheticScores:
     """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
 
@@ -184,7 +185,8 @@ def evaluate_synthetic(
     record (then it is published as ``label_agreement``).  FID (the operator's figure) only with
     ``settings.private``, drawn as the generation run drew it (``private_limit``, ``seed``).
     ``embedder`` overrides ``settings.embedder`` with a ready encoder; ``task`` the task
-    ``settings.task`` names (the one a run's manifest records, whose file may be elsewhere).
+    ``settings.task`` names (the one a run's manifest records, whose file may be elsewhere);
+    ``test_table`` holds in-memory test records, read instead of ``settings.test``.
     """
     from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
@@ -195,7 +197,7 @@ def evaluate_synthetic(
     synth = read_synthetic(synthetic_path, task)
     if not synth.texts:
         raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")
-    test = load_test(settings.test, task, settings.columns())
+    test = load_test(settings.test, task, settings.columns(), table=test_table)
     # FID and the label agreement need embeddings whatever the task model is
     need_embedder = settings.model.trains_on_embeddings or settings.private or settings.reference
     enc = embedder if embedder is not None or not need_embedder else _make_embedder(settings.embedder)
