@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 import wasp_vllm
-from tests.fakes import FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
+from tests.fakes import DiesInRoundForTests, FakeEngineForUnitTests, HashEmbedderForTests, use_fake_backends
 from tests.privacy_checks import private_texts
 from wasp_vllm.cli import app
 from wasp_vllm.tasks import get_task
@@ -237,6 +237,81 @@ def test_generate_from_python_keeps_engine_logs_off_the_console_and_sums_up(tmp_
     last = console.strip().splitlines()[-1]
     assert "36 samples written to" in last and "epsilon spent 4.000 of 4" in last, last
     assert CHATTER in (tmp_path / "run" / "private" / "engines.log").read_text()
+
+
+# --- item 9: messages a newcomer needs ------------------------------------------------------------------
+
+
+class CtrlCInRoundForUnitTests(DiesInRoundForTests):
+    """FAKE engine for unit tests: the user presses Ctrl-C at its first call once the rounds before
+    ``round_index`` are committed."""
+
+    def generate(self, prompts, seeds, params):
+        if self.last_committed.exists():
+            raise KeyboardInterrupt
+        return FakeEngineForUnitTests.generate(self, prompts, seeds, params)
+
+
+def test_ctrl_c_says_in_which_round_the_run_stopped_and_how_to_go_on(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    use_fake_backends(monkeypatch, {"a": CtrlCInRoundForUnitTests(tmp_path / "api", 2, "a")})
+    with caplog.at_level(logging.INFO, logger="wasp_vllm"), pytest.raises(KeyboardInterrupt):
+        wasp_vllm.generate(out=tmp_path / "api", **API)
+    assert "stopped in round 3 of 3; `--resume` (resume=True) continues it" in caplog.text
+    # (the command line sets up its logging anew: caplog sees nothing after it)
+    use_fake_backends(monkeypatch, {"a": CtrlCInRoundForUnitTests(tmp_path / "run", 1, "a")})
+    stopped = _cli("generate", *SMALL, "--out", "run")
+    assert stopped.exit_code != 0
+    assert "stopped in round 2 of 3; `--resume` (resume=True) continues it" in " ".join(
+        stopped.output.split()
+    )
+
+
+def test_the_summary_counts_the_samples_cut_at_the_token_cap(tmp_path, monkeypatch, caplog):
+    """The fake engine writes 12 tokens a sample: at a cap of 12 every sample hit it."""
+    use_fake_backends(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO, logger="wasp_vllm"):
+        wasp_vllm.generate(out=tmp_path / "api", max_new_tokens=12, **API)
+    summary = [r.getMessage() for r in caplog.records if "samples written to" in r.getMessage()]
+    assert len(summary) == 1 and "36 of 36 samples hit the 12-token cap" in summary[0]
+    capped = _cli("generate", *SMALL, "--max-new-tokens", "12", "--out", "capped")
+    assert capped.exit_code == 0, capped.output
+    said = " ".join(capped.output.split())
+    assert "36 of 36 samples hit the 12-token cap" in said and "a likely cause of poor data" in said
+    work = json.loads((tmp_path / "capped" / "manifest.json").read_text())["work"]
+    assert sum(w["capped"] for w in work.values()) == 36
+    roomy = _cli("generate", *SMALL, "--max-new-tokens", "13", "--out", "roomy")
+    assert roomy.exit_code == 0 and "token cap" not in roomy.output
+
+
+def test_tasks_check_shows_a_prompt_of_each_kind():
+    checked = _cli("tasks", "--check", str(EXAMPLES / "tickets.toml"))
+    assert checked.exit_code == 0, checked.output
+    for kind in ("zero_shot", "few_shot", "contrastive"):
+        assert f"{kind} prompt (" in checked.output
+    lines = checked.output.splitlines()
+    assert 'A customer-support ticket that is a bug report: "' in lines  # whole, as the PLM reads it
+    assert (
+        'Another customer-support ticket that is a bug report, worded differently from the ones above: "'
+        in lines
+    )
+    assert 'A bad ticket: "<a synthetic text the votes turned from>"' in lines
+
+
+def test_the_first_run_page_shows_stop_and_max_new_tokens_as_a_task_file_holds_them():
+    """docs/first-run.md's snippet of the two keys is valid TOML and states their defaults."""
+    import tomllib
+
+    from wasp_vllm.tasks import TaskSpec
+
+    page = (ROOT / "docs" / "first-run.md").read_text()
+    snippet = next(b for b in page.split("```toml")[1:] if "max_new_tokens" in b.split("```")[0])
+    keys = tomllib.loads(snippet.split("```")[0])
+    assert keys == {"stop": TaskSpec.model_fields["stop"].default_factory(), "max_new_tokens": 128}
+    assert TaskSpec.model_fields["max_new_tokens"].default == 128
+    assert "publish` copies" in page and "leaves `report/` out" in page
+    assert "label check" in page.split("How to word `label_descriptions`")[1][:400]
 
 
 @pytest.fixture(autouse=True)

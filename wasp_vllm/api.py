@@ -258,18 +258,46 @@ def generate(
     quiet = not logging.getLogger("wasp_vllm").isEnabledFor(logging.DEBUG)
     run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
               estimate=estimate, engine_log=quiet)  # fmt: skip
-    manifest = run.execute(resume=resume, overwrite=overwrite)
+    try:
+        manifest = run.execute(resume=resume, overwrite=overwrite)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or kill (the CLI makes SIGTERM a SystemExit)
+        _say_where_it_stopped(RunStore(out), cfg.rounds)
+        raise
     if run.already_finished:
         log.info("the run in %s had finished: nothing to resume, its files are left as they were", out)
     elif record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
         throughput.record(manifest, str(estimate.summary["device"]))
     result = RunResult(Path(out), manifest)
-    spent = result.privacy
-    log.info(
-        "%d samples written to %s; %s, epsilon spent %.3f of %g", manifest.output.rows, result.synthetic_path,
-        spent.guarantee, spent.epsilon_spent, spent.epsilon_budget,
-    )  # fmt: skip
+    _log_summary(result)
     return result
+
+
+def _say_where_it_stopped(store: RunStore, rounds: int) -> None:
+    """The round a stopped run was in (public: the progress display shows it), from its last
+    committed state, and how to go on."""
+    try:
+        state = store.load_state()
+    except (CheckpointError, OSError):  # nothing readable to resume from: say nothing
+        return
+    done = state.completed_rounds if state is not None else 0
+    log.warning(
+        "stopped in round %d of %d; `--resume` (resume=True) continues it from there",
+        min(done + 1, rounds),
+        rounds,
+    )
+
+
+def _log_summary(result: RunResult) -> None:
+    """One line: what the command line's summary says first (samples, guarantee, epsilon spent,
+    samples cut at the token cap)."""
+    from wasp_vllm.pipeline.manifest import capped_note
+
+    spent, capped = result.privacy, capped_note(result.manifest)
+    log.info(
+        "%d samples written to %s; %s, epsilon spent %.3f of %g%s", result.manifest.output.rows,
+        result.synthetic_path, spent.guarantee, spent.epsilon_spent, spent.epsilon_budget,
+        f"; {capped}" if capped else "",
+    )  # fmt: skip
 
 
 def _minutes(seconds: float) -> str:

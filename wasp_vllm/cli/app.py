@@ -251,6 +251,7 @@ def _distinct(values: float | list[float]) -> str:
 
 
 def _print_summary(manifest: Manifest, out: Path) -> None:
+    from wasp_vllm.pipeline.manifest import capped_note
     from wasp_vllm.pipeline.store import RunStore
 
     plms = manifest.config["plms"]
@@ -279,6 +280,8 @@ def _print_summary(manifest: Manifest, out: Path) -> None:
         highlight=False,
     )
     print_work(manifest.work, console)
+    if capped := capped_note(manifest):
+        console.print(f"[bold yellow]note:[/] {escape(capped)}", highlight=False)
     # A round's missing samples are asked again in the next: the last round's figure is the run's.
     missing = manifest.rounds[-1].missing if manifest.rounds else 0
     if missing:

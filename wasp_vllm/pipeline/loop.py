@@ -20,8 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from wasp_vllm.config import ConfigError
-from wasp_vllm.engines import Engine, GenerationParams, ModelError
-from wasp_vllm.engines.chatter import engine_messages
+from wasp_vllm.engines import Engine, GenerationParams, ModelError, engine_messages
 from wasp_vllm.engines.devices import gpu_available
 from wasp_vllm.engines.embedder import encode_each
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
@@ -134,6 +133,7 @@ class Run:
             {p: r.failures for p, r in results.items()}, int(quotas.sum()) - new.num_rows,
             {p: dict(sorted(r.rejects.items())) for p, r in results.items()},
             {p: r.generated for p, r in results.items()}, {p: sum(r.row_tokens) for p, r in results.items()},
+            {p: r.capped for p, r in results.items()},
         ))  # fmt: skip
 
     # -- the steps -------------------------------------------------------------------------

@@ -91,8 +91,8 @@ def work(state: RunState) -> dict[str, dict[str, Any]]:
     totals: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(WORK_FIELDS, 0))
     for record in state.rounds:
         for plm in record.generated:
-            for name, per_plm in zip(WORK_FIELDS, (record.generated, record.kept, record.tokens,
-                                                   record.kept_tokens), strict=True):  # fmt: skip
+            counts = (record.generated, record.kept, record.tokens, record.kept_tokens, record.capped)
+            for name, per_plm in zip(WORK_FIELDS, counts, strict=True):
                 totals[plm][name] += int(per_plm.get(plm, 0))
     return {
         plm: t | {"kept_share": round(t["kept"] / t["generated"], 4) if t["generated"] else None}
@@ -100,8 +100,29 @@ def work(state: RunState) -> dict[str, dict[str, Any]]:
     }
 
 
-#: The counts of :func:`work`: samples generated and kept, tokens generated and kept.
-WORK_FIELDS = ("generated", "kept", "tokens", "kept_tokens")
+#: The counts of :func:`work`: samples generated and kept, tokens generated and kept, and kept
+#: samples that reached the token cap (cut there).
+WORK_FIELDS = ("generated", "kept", "tokens", "kept_tokens", "capped")
+
+
+#: From this share of the output cut at the token cap, the summary names the cap as a likely cause
+#: of poor data (a judgement, not a measurement: a cut text is an unfinished one, and the task
+#: model learns from it as if it were whole).
+CAPPED_SHARE = 0.25
+
+
+def capped_note(manifest: Manifest) -> str | None:
+    """'56 of 60 samples hit the 32-token cap: ...', the summaries' word on :func:`work`'s
+    ``capped`` (public: counts of synthetic samples); None when none did."""
+    capped = sum(int(w.get("capped", 0)) for w in manifest.work.values())
+    if not capped:
+        return None
+    rows = manifest.output.rows
+    cap = manifest.config.get("max_new_tokens") or (manifest.task_spec or {}).get("max_new_tokens")
+    note = f"{capped} of {rows} samples hit the {f'{cap}-token' if cap else 'token'} cap"
+    if capped >= CAPPED_SHARE * rows:
+        note += ": cut off there, mid-text, a likely cause of poor data (raise --max-new-tokens)"
+    return note
 
 
 def sampling(ctx: RunContext) -> dict[str, dict[str, float]]:
