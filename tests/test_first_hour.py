@@ -314,6 +314,26 @@ def test_the_first_run_page_shows_stop_and_max_new_tokens_as_a_task_file_holds_t
     assert "label check" in page.split("How to word `label_descriptions`")[1][:400]
 
 
+# --- item 10: tables that fit the terminal -------------------------------------------------------------
+
+
+def test_the_dry_run_s_engines_read_whole_on_an_80_column_terminal(monkeypatch):
+    """At 80 columns the engine table's ten columns wrapped into six-character ones ("buil t-in
+    tabl e"); there it is one entry per PLM, and the table where it fits."""
+    monkeypatch.setattr("wasp_vllm.pipeline.estimate.nvidia_gpus", lambda: [])
+    argv = ["generate", "--plms", "smollm2,gemma3", "--n", "60", "--dry-run"]
+    engines = wasp_vllm.plan(plms=["smollm2", "gemma3"], n=60).engines
+    narrow = CliRunner().invoke(app, argv, env={"COLUMNS": "80"})
+    assert narrow.exit_code == 0, narrow.output
+    assert max(len(line) for line in narrow.output.splitlines()) <= 80
+    said = " ".join(narrow.output.split())
+    for e in engines:
+        assert f"{e.plm} ({e.engine}, {e.resolves}): {e.samples} samples, {e.generated} generated" in said
+        assert f"{e.tokens:,} tokens at {e.tokens_per_s:.0f} tok/s" in said and f"from {e.source}" in said
+    wide = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+    assert wide.exit_code == 0 and "┃ PLM " in wide.output and engines[0].source in wide.output
+
+
 @pytest.fixture(autouse=True)
 def _scratch_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("WASP_VLLM_CACHE", str(tmp_path / "cache"))
