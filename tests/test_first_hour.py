@@ -239,6 +239,25 @@ def test_generate_from_python_keeps_engine_logs_off_the_console_and_sums_up(tmp_
     assert CHATTER in (tmp_path / "run" / "private" / "engines.log").read_text()
 
 
+def test_the_engine_log_gives_the_libraries_their_levels_back(tmp_path):
+    """A library imported during the run sets its own level (torch: its at-exit INFO lines stay
+    quiet); one left alone is as the user had it."""
+    from wasp_vllm.engines import engine_messages
+
+    torch_log, faiss_log = logging.getLogger("torch"), logging.getLogger("faiss")
+    before = torch_log.level, faiss_log.level
+    try:
+        torch_log.setLevel(logging.NOTSET)
+        faiss_log.setLevel(logging.INFO)
+        with engine_messages(tmp_path / "engines.log"):
+            assert faiss_log.level == logging.ERROR
+            torch_log.setLevel(logging.WARNING)  # what importing torch does
+        assert (torch_log.level, faiss_log.level) == (logging.WARNING, logging.INFO)
+    finally:
+        torch_log.setLevel(before[0])
+        faiss_log.setLevel(before[1])
+
+
 # --- item 9: messages a newcomer needs ------------------------------------------------------------------
 
 

@@ -109,13 +109,15 @@ def _quiet_libraries() -> Iterator[None]:
         warnings.simplefilter("ignore")
         for logger in loggers:
             logger.setLevel(max(logger.level, logging.ERROR))
+        quiet = [logger.level for logger in loggers]
         for key, value in QUIET_ENV.items():
             os.environ.setdefault(key, value)
         try:
             yield
         finally:
-            for logger, level in zip(loggers, levels, strict=True):
-                logger.setLevel(level)
+            for logger, level, ours in zip(loggers, levels, quiet, strict=True):
+                if logger.level == ours:  # else the library set its own level when it was imported
+                    logger.setLevel(level)
             for key, before in env.items():
                 if before is None:
                     os.environ.pop(key, None)
