@@ -90,7 +90,7 @@ def test_options_beside_the_settings_take_their_defaults_from_where_they_are_use
 def test_evaluate_options_reach_its_settings(monkeypatch, tmp_path):
     seen = {}
 
-    def stop(path, settings):
+    def stop(path, settings, **_):
         seen.update(settings.model_dump())
         raise ValueError("stop here")
 

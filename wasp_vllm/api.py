@@ -265,7 +265,8 @@ def generate(
         raise
     if run.already_finished:
         log.info("the run in %s had finished: nothing to resume, its files are left as they were", out)
-    elif record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
+        record_throughput = False  # this session measured nothing
+    if record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
         throughput.record(manifest, str(estimate.summary["device"]))
     result = RunResult(Path(out), manifest)
     _log_summary(result)

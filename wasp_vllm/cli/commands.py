@@ -197,6 +197,7 @@ def tasks(
 def _task_file(template: str | None, out: Path | None, check: Path | None) -> None:
     """``tasks --template NAME`` and ``tasks --check FILE``."""
     from wasp_vllm.tasks import get_task
+    from wasp_vllm.tasks.prompts import example_prompts
     from wasp_vllm.tasks.template import write_task_template
 
     with friendly_errors():
@@ -211,26 +212,9 @@ def _task_file(template: str | None, out: Path | None, check: Path | None) -> No
         assert check is not None
         spec = get_task(str(check))
         console.print(f"{check}: task {spec.name!r}, labels {', '.join(spec.labels)}", highlight=False)
-        _print_example_prompts(spec)
-
-
-#: When a run uses each prompt kind (``--later-prompt`` picks the later rounds' one).
-PROMPT_USE = {
-    PromptKind.ZERO_SHOT: "round 0",
-    PromptKind.FEW_SHOT: "later rounds, the default",
-    PromptKind.CONTRASTIVE: "later rounds with --later-prompt contrastive",
-}
-
-
-def _print_example_prompts(spec: Any) -> None:
-    """One prompt of each kind, as a PLM receives it (before its chat template), for the first label."""
-    from wasp_vllm.tasks.prompts import example_prompts
-
-    for kind, prompt in example_prompts(spec).items():
-        console.print(
-            f"\n{kind} prompt ({PROMPT_USE[PromptKind(kind)]}), label {spec.labels[0]}:", markup=False
-        )
-        console.print(prompt, markup=False, highlight=False, soft_wrap=True)  # its own lines, unwrapped
+        for heading, prompt in example_prompts(spec).items():  # as a PLM gets it, before its chat template
+            console.print(f"\n{heading}:", markup=False)
+            console.print(prompt, markup=False, highlight=False, soft_wrap=True)  # its own lines, unwrapped
 
 
 @app.command()
