@@ -94,21 +94,25 @@ def test_options_beside_the_settings_take_their_defaults_from_where_they_are_use
 def test_evaluate_options_reach_its_settings(monkeypatch, tmp_path):
     seen = {}
 
-    def stop(path, settings):
+    def stop(path, settings, **_):
         seen.update(settings.model_dump())
         raise ValueError("stop here")
 
     monkeypatch.setattr("wasp_vllm.evaluation.evaluate_synthetic", stop)
     (tmp_path / "s.parquet").write_bytes(b"")  # only its existence is checked before `stop`
-    (tmp_path / "manifest.json").write_text(json.dumps({"config": {"task": "drugs"}}))  # the run's task
+    run = {"config": {"task": "drugs", "private_limit": 30, "seed": 4}}  # the run's task, M and seed
+    (tmp_path / "manifest.json").write_text(json.dumps(run))
     args = ["evaluate", "--synthetic", str(tmp_path / "s.parquet"), "--test", "drugs", "--m", "7",
-            "--model", "logreg", "--reference", "drugs:fit",
+            "--task-model", "logreg", "--reference", "drugs:fit",
             "--reference-public"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "stop here" in result.output
-    assert seen == EvalSettings(test="drugs", private_limit=7, reference="drugs:fit",
+    # --m given wins over the run's M; the run's seed and task fill what was not given
+    assert seen == EvalSettings(test="drugs", task="drugs", private_limit=7, seed=4, reference="drugs:fit",
                                 reference_public=True).model_dump()  # fmt: skip
-    bad = CliRunner().invoke(app, [*args[:5], "--model", "svm"])
+    without_m = [a for a in args if a not in ("--m", "7")]
+    assert CliRunner().invoke(app, without_m).exit_code == 2 and seen["private_limit"] == 30
+    bad = CliRunner().invoke(app, [*args[:5], "--task-model", "svm"])
     assert bad.exit_code == 2 and "model" in bad.output and "logreg" in bad.output
 
 

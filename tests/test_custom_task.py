@@ -66,7 +66,7 @@ def scored(monkeypatch) -> dict:
     """What ``evaluate`` would score with (the scoring itself is other tests' subject)."""
     seen: dict = {}
 
-    def stop(path, settings):
+    def stop(path, settings, **_):
         seen.update(settings.model_dump())
         raise ValueError("stopped before scoring")
 

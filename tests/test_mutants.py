@@ -382,7 +382,7 @@ MUTANTS = {
     "void-epsilon-run-throughput-recorded": Mutant(
         "a --noise-seed (void epsilon) or audit run leaves its measurements for later plans",
         "wasp_vllm/api.py",
-        (("    if given.record_throughput and cfg.noise_seed is None:", "    if True:"),),
+        (("    if record_throughput and cfg.noise_seed is None:", "    if True:"),),
         ("tests/test_throughput_cache.py::test_void_epsilon_and_audit_runs_record_nothing",),
     ),
     "weak-audit-runs": Mutant(

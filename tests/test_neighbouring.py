@@ -357,7 +357,7 @@ def test_hot_pate_with_its_private_step_doubled_publishes_the_same_bytes(tmp_pat
         write(folder, data)
         monkeypatch.chdir(folder)
         argv = ["hotpate", "--private", "private.csv", "--n", "4", "--teachers", teachers,
-                "--max-tokens", "5", "--epsilon", "50", "--accounting", accounting, "--engine", "hf",
+                "--max-new-tokens", "5", "--epsilon", "50", "--accountant", accounting, "--engine", "hf",
                 "--out", "out"]  # fmt: skip
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 0, result.output

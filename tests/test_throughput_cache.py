@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 import wasp_vllm
 import wasp_vllm.config.checks as checks
+import wasp_vllm.pipeline.backends as run_backends
 import wasp_vllm.pipeline.estimate as estimate
 import wasp_vllm.pipeline.generation as generation
 import wasp_vllm.pipeline.loop as loop
@@ -80,6 +81,7 @@ def machine(tmp_path, monkeypatch):
     fake_time = SimpleNamespace(perf_counter=clock, sleep=lambda s: None, monotonic=clock)
     monkeypatch.setattr(generation, "time", fake_time)
     monkeypatch.setattr(loop, "time", fake_time)
+    monkeypatch.setattr(run_backends, "time", fake_time)  # the engines' start-up is timed there
     monkeypatch.setattr(estimate, "nvidia_gpus", lambda: [])
     monkeypatch.setattr(checks.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine: no busy note
     monkeypatch.setitem(estimate.ENGINE_KINDS, ClockedFakeEngineForUnitTests.__name__, "hf")

@@ -29,6 +29,7 @@ from wasp_vllm.privacy.plan import UTILITY_CHECK, BudgetShares, PrivacyUnit, pla
 from wasp_vllm.privacy.secrets import RunSecret
 from wasp_vllm.privacy.utility import CHECKED_SETS, figures, macro_f1
 from wasp_vllm.privacy.voting import Voters
+from wasp_vllm.report.page import render_report
 
 
 def _plan(neighbour: str = "add_remove", share: float = 0.2):
@@ -124,7 +125,11 @@ def test_a_run_with_the_check_publishes_its_figures_and_spends_the_budget_once(t
     matrices = np.array(check["noisy_confusions"])
     assert matrices.shape == (3, 3, 3) and not np.allclose(matrices, np.round(matrices))  # noised
     card = (tmp_path / "out" / "README.md").read_text()
-    assert "utility check" in card.lower()
+    assert "Utility check on the private records" in card and "zero-shot reference" in card
+    page = render_report(tmp_path / "out")
+    assert (
+        "Utility check on the private records" in page.read_text() and (page.parent / "utility.png").is_file()
+    )
 
 
 def _killed_before_the_check(state) -> None:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from wasp_vllm.config import ConfigError, RunConfig, build_config, build_settings, read_config_file
 from wasp_vllm.config.checks import check_writable_folder
 from wasp_vllm.data.resolve import IN_MEMORY
-from wasp_vllm.pipeline.store import PUBLISHED, RunStore
+from wasp_vllm.pipeline.store import PUBLISHED, CheckpointError, RunStore
 
 if TYPE_CHECKING:
     from wasp_vllm.evaluation.results import SyntheticScores
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from wasp_vllm.pipeline.estimate import RunPlan
     from wasp_vllm.pipeline.manifest import Manifest
     from wasp_vllm.privacy.report import PrivacyReport
+    from wasp_vllm.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -78,20 +79,21 @@ class RunResult:
         return datasets.Dataset(self.to_arrow())
 
 
-def as_table(private: Any) -> pa.Table | None:
-    """An Arrow table for in-memory private data; None for a path or built-in name."""
-    if private is None or isinstance(private, (str, Path)):
+def as_table(data: Any, what: str = "private data") -> pa.Table | None:
+    """An Arrow table for in-memory data (``what`` names it in an error, which never shows the
+    data); None for a path or built-in name."""
+    if data is None or isinstance(data, (str, Path)):
         return None
-    if isinstance(private, pa.Table):
-        return private
-    if type(private).__module__.startswith("pandas"):
-        return pa.Table.from_pandas(private, preserve_index=False)
-    if type(private).__module__.startswith("datasets"):
-        return private.data.table if hasattr(private.data, "table") else pa.Table.from_pylist(list(private))
-    if isinstance(private, Sequence) and all(isinstance(r, Mapping) for r in private):
-        return pa.Table.from_pylist([dict(r) for r in private])
+    if isinstance(data, pa.Table):
+        return data
+    if type(data).__module__.startswith("pandas"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if type(data).__module__.startswith("datasets"):
+        return data.data.table if hasattr(data.data, "table") else pa.Table.from_pylist(list(data))
+    if isinstance(data, Sequence) and all(isinstance(r, Mapping) for r in data):
+        return pa.Table.from_pylist([dict(r) for r in data])
     raise ConfigError(
-        f"private data of type {type(private).__name__} is not supported: pass a file path, a pandas "
+        f"{what} of type {type(data).__name__} is not supported: pass a file path, a pandas "
         "DataFrame, a list of dicts, an Arrow table or a datasets.Dataset"
     )
 
@@ -128,15 +130,24 @@ def private_name(private: Any) -> str:
 
 
 def plan(
-    private: Any = None, *, config: str | Path | Mapping[str, Any] | RunConfig | None = None, **settings: Any
+    private: Any = None,
+    *,
+    config: str | Path | Mapping[str, Any] | RunConfig | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    **settings: Any,
 ) -> RunPlan:
     """What a run with these settings will release, ask and cost (``generate --dry-run``).
 
     Reads settings and public facts only: the private data is never opened (not even its size) and
-    no model is loaded.  ``print(plan(...).to_dict())`` or ``wasp-vllm generate ... --dry-run``."""
+    no model is loaded.  ``out`` (with ``resume``, ``overwrite``) is the folder the run would write:
+    a warning says where the run would stop there, and nothing in it changes.
+    ``print(plan(...).to_dict())`` or ``wasp-vllm generate ... --dry-run``."""
     from wasp_vllm.pipeline.context import check_run, check_run_models, private_file_missing
     from wasp_vllm.pipeline.estimate import plan_run
 
+    _check_out_flags(resume, overwrite)
     cfg = run_config(private, config, settings)
     # The run's own checks (prepare makes them too), so a plan that prints is a run that starts.
     in_memory = private is not None and private_name(private) == IN_MEMORY  # the data stays unread
@@ -145,7 +156,24 @@ def plan(
     if not in_memory and (missing := private_file_missing(cfg)):
         # a plan may be made where the data is not; the run needs it
         log.warning("--private %s: the run itself needs it", missing)
+    if out is not None:
+        _warn_where_out_stops(Path(out), resume=resume, overwrite=overwrite)
     return plan_run(cfg)
+
+
+def _check_out_flags(resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
+
+
+def _warn_where_out_stops(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """The run's own checks of ``out`` (they change nothing), as warnings: a plan may be made on
+    another machine than the run's."""
+    try:
+        RunStore(out).check(resume=resume, overwrite=overwrite)
+        check_writable_folder(out, "--out")
+    except (CheckpointError, ConfigError) as exc:
+        log.warning("%s: the run would stop there", exc)
 
 
 def generate(
@@ -171,8 +199,7 @@ def generate(
 
     if out is None:
         raise ConfigError("generate needs out=: the folder the run writes to")
-    if resume and overwrite:
-        raise ConfigError("--resume and --overwrite exclude each other: continue the run or replace it")
+    _check_out_flags(resume, overwrite)
     given = collaborators or Collaborators()
     cfg = run_config(private, config, settings)
     RunStore(out).check(resume=resume, overwrite=overwrite)
@@ -186,13 +213,52 @@ def generate(
     sources = "; ".join(sorted({e.source for e in estimate.engines}))
     log.info("estimated %s of work (throughput: %s)", _minutes(estimate.total_s), sources)
     chosen = given.backends or default_backends(cfg)
+    # The engines' libraries print into out/private/engines.log, unless DEBUG logging (-v) asks for all
+    quiet = not logging.getLogger("wasp_vllm").isEnabledFor(logging.DEBUG)
     run = Run(ctx, out, engine_factory=chosen.engine_factory, embedder=chosen.embedder, progress=progress,
-              estimate=estimate)  # fmt: skip
-    manifest = run.execute(resume=resume, overwrite=overwrite)
-    assert manifest.estimate is not None  # the run was given its estimate above
-    if given.record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
+              estimate=estimate, engine_log=quiet)  # fmt: skip
+    try:
+        manifest = run.execute(resume=resume, overwrite=overwrite)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or kill (the CLI makes SIGTERM a SystemExit)
+        _say_where_it_stopped(RunStore(out), cfg.rounds)
+        raise
+    record_throughput = given.record_throughput
+    if run.already_finished:
+        log.info("the run in %s had finished: nothing to resume, its files are left as they were", out)
+        record_throughput = False  # this session measured nothing
+    if record_throughput and cfg.noise_seed is None:  # a void-epsilon run leaves nothing behind
         throughput.record(manifest, str(estimate.summary["device"]))
-    return RunResult(Path(out), manifest)
+    result = RunResult(Path(out), manifest)
+    _log_summary(result)
+    return result
+
+
+def _say_where_it_stopped(store: RunStore, rounds: int) -> None:
+    """The round a stopped run was in (public: the progress display shows it), from its last
+    committed state, and how to go on."""
+    try:
+        state = store.load_state()
+    except (CheckpointError, OSError):  # nothing readable to resume from: say nothing
+        return
+    done = state.completed_rounds if state is not None else 0
+    log.warning(
+        "stopped in round %d of %d; `--resume` (resume=True) continues it from there",
+        min(done + 1, rounds),
+        rounds,
+    )
+
+
+def _log_summary(result: RunResult) -> None:
+    """One line: what the command line's summary says first (samples, guarantee, epsilon spent,
+    samples cut at the token cap)."""
+    from wasp_vllm.pipeline.manifest import capped_note
+
+    spent, capped = result.privacy, capped_note(result.manifest)
+    log.info(
+        "%d samples written to %s; %s, epsilon spent %.3f of %g%s", result.manifest.output.rows,
+        result.synthetic_path, spent.guarantee, spent.epsilon_spent, spent.epsilon_budget,
+        f"; {capped}" if capped else "",
+    )  # fmt: skip
 
 
 def _minutes(seconds: float) -> str:
@@ -210,24 +276,43 @@ def _log_plan(ctx: Any) -> None:
     )  # fmt: skip
 
 
-def synthetic_task(synthetic: Path, task: str | None) -> str:
-    """The task an evaluation scores ``synthetic`` on: ``task`` when given, else the one its run's
-    manifest (beside it) names; never a default the user did not choose."""
+def synthetic_task(synthetic: Path, task: str | None) -> TaskSpec:
+    """The task an evaluation scores ``synthetic`` on: ``task`` (a name or file) when given, else
+    the task its run's manifest (beside it) records, wherever its task file is now; never a default
+    the user did not choose."""
+    from wasp_vllm.pipeline.manifest import recorded_task
+    from wasp_vllm.tasks import get_task
+
     if not synthetic.is_file():
         what = "not a file" if synthetic.exists() else "file not found"
         raise ConfigError(f"{synthetic}: {what} (pass the synthetic.parquet a run wrote)")
-    manifest = synthetic.parent / "manifest.json"
-    recorded = None
-    if manifest.is_file():
+    path = synthetic.parent / "manifest.json"
+    manifest = None
+    if path.is_file():
         try:
-            recorded = json.loads(manifest.read_text())["config"]["task"]
-        except (ValueError, KeyError, TypeError):
-            raise ConfigError(f"{manifest} is not a wasp-vllm manifest: pass --task") from None
-    if task is None and recorded is None:
-        raise ConfigError(f"no manifest.json beside {synthetic} names its task: pass --task NAME or FILE")
-    if task is not None and recorded is not None and task != recorded:
-        log.warning("scoring on task %s, though the run generated for task %s", task, recorded)
-    return task if task is not None else str(recorded)
+            manifest = json.loads(path.read_text())
+            ran = str(manifest.get("task") or manifest["config"]["task"])  # the top level: its name
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ConfigError(f"{path} is not a wasp-vllm manifest: pass --task") from None
+    if task is None:
+        if manifest is None:
+            raise ConfigError(f"no manifest.json beside {synthetic} names its task: pass --task NAME or FILE")
+        return recorded_task(manifest)
+    chosen = get_task(task)
+    if manifest is not None and chosen.name != ran:
+        log.warning("scoring on task %s, though the run generated for task %s", chosen.name, ran)
+    return chosen
+
+
+def run_defaults(synthetic: Path) -> dict[str, Any]:
+    """The evaluation settings the run that wrote ``synthetic`` decided (its manifest beside it): the
+    M and the seed of its private draw, so FID against ``--private`` reads the records it drew; none
+    without a readable manifest."""
+    try:
+        config = json.loads((synthetic.parent / "manifest.json").read_text())["config"]
+        return {"private_limit": config["private_limit"], "seed": int(config["seed"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def evaluate(
@@ -241,24 +326,35 @@ def evaluate(
 ) -> SyntheticScores:
     """Train a task model on the synthetic set and score it on real test data (see ``evaluate``).
 
-    ``task`` defaults to the one the run's manifest (beside the synthetic file) names.
-    ``test`` and ``private`` are file paths or built-in set names; ``private`` (optional) adds the
-    operator's FID against the raw private records, in the report's ``operator_only`` section.
-    ``reference=`` adds the label agreement, also in ``operator_only`` unless
-    ``reference_public=True`` declares that the reference holds no private record.  Any other
-    keyword is a field of :class:`~wasp_vllm.evaluation.settings.EvalSettings`; ``embedder`` is
-    an embedder name, or a ready encoder (anything with ``encode``).
+    ``task``, and M and the seed of the private draw, default to what the run's manifest (beside
+    the synthetic file) records.
+    ``test`` is a file path, a built-in set name, or in-memory data as ``generate`` takes it (a
+    pandas DataFrame, a list of dicts, an Arrow table, a ``datasets.Dataset``).  ``private``
+    (optional: a file path or built-in set name) adds the operator's FID against the raw private
+    records, in the report's ``operator_only`` section.  ``reference=`` adds the label agreement,
+    also in ``operator_only`` unless ``reference_public=True`` declares that the reference holds
+    no private record.  Any other keyword is a field of
+    :class:`~wasp_vllm.evaluation.settings.EvalSettings`; ``embedder`` is an embedder name, or a
+    ready encoder (anything with ``encode``).  Errors name the problem, never the data.
     """
     from wasp_vllm.evaluation import evaluate_synthetic
     from wasp_vllm.evaluation.settings import EvalSettings
 
     path = synthetic.synthetic_path if isinstance(synthetic, RunResult) else Path(synthetic)
+    for name, value in (("private", private), ("reference", settings.get("reference"))):
+        if value is not None and not isinstance(value, (str, Path)):
+            raise ConfigError(
+                f"{name}= takes a file path or a built-in set name, not a {type(value).__name__}"
+            )
+    test_table = as_table(test, "test data")
+    spec = synthetic_task(path, task)
     values = {
-        "test": str(test),
-        "task": synthetic_task(path, task),
+        "test": str(test) if test_table is None else IN_MEMORY,
+        "task": task or spec.name,
         "private": None if private is None else str(private),
     }
     if isinstance(embedder, str):
         values["embedder"] = embedder
     ready = None if embedder is None or isinstance(embedder, str) else embedder
-    return evaluate_synthetic(path, build_settings(EvalSettings, values | settings), embedder=ready)
+    chosen = build_settings(EvalSettings, run_defaults(path) | values | settings)
+    return evaluate_synthetic(path, chosen, embedder=ready, task=spec, test_table=test_table)

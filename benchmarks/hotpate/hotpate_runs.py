@@ -60,7 +60,7 @@ def _evaluate(path: str, m: int, task: str = "drugs") -> dict[str, Any]:
 
 def run_one(accounting: str, m: int) -> dict[str, Any]:
     out = RUNS / f"done-{accounting}"
-    args = ["hotpate", *DONE, "--accounting", accounting, "--out", str(out), "--overwrite"]
+    args = ["hotpate", *DONE, "--accountant", accounting, "--out", str(out), "--overwrite"]
     seconds, stdout = _cli(args)
     p = json.loads((out / "manifest.json").read_text())["privacy"]
     row = {"command": "wasp-vllm " + " ".join(args[:-3]), "accounting": accounting, "wall_s": round(seconds),

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import os
-import shutil
 import signal
-import sys
-import tempfile
 import threading
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +28,7 @@ from rich.table import Table
 
 from wasp_vllm.cli.options import config_command
 from wasp_vllm.cli.plan_view import print_work
+from wasp_vllm.engines.chatter import quiet_third_parties
 from wasp_vllm.privacy.clock import PublicClock
 
 if TYPE_CHECKING:
@@ -70,28 +66,6 @@ def setup_logging(verbose: bool) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if not verbose:
         quiet_third_parties()
-
-
-#: Libraries whose start-up chatter (INFO lines, weight-loading bars, warnings) hides the one
-#: progress display a user wants; ``-v`` shows it all.
-THIRD_PARTY_LOGGERS = ("vllm", "faiss", "transformers", "sentence_transformers", "torch", "httpx", "httpcore",
-                       "urllib3", "filelock", "huggingface_hub", "accelerate", "datasets")  # fmt: skip
-
-
-def quiet_third_parties() -> None:
-    for name in THIRD_PARTY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # Environment read by the libraries (and by vLLM's worker processes) at import time.
-    quiet = {
-        "VLLM_LOGGING_LEVEL": "ERROR",
-        "TRANSFORMERS_VERBOSITY": "error",
-        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-        "TQDM_DISABLE": "1",
-        "PYTHONWARNINGS": "ignore",
-    }
-    for key, value in quiet.items():
-        os.environ.setdefault(key, value)
-    warnings.filterwarnings("ignore")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -188,26 +162,17 @@ def generate(
             from wasp_vllm.api import plan
             from wasp_vllm.cli.plan_view import print_plan
 
-            print_plan(plan(config=config, **settings), Console())
-            _warn_if_out_refuses(out, resume=resume, overwrite=overwrite)
+            # (plan warns where --out would stop the run here)
+            print_plan(
+                plan(config=config, out=out, resume=resume, overwrite=overwrite, **settings), Console()
+            )
             return
 
-        with chatter_to_file(verbose, out) as chatter, _progress() as progress, _out_kept(out):
+        with _progress() as progress, _out_kept(out):
             result = generate_run(
                 out=out, config=config, resume=resume, overwrite=overwrite, progress=progress, **settings
             )
-        _print_summary(result.manifest, out, chatter)
-
-
-def _warn_if_out_refuses(out: Path, *, resume: bool, overwrite: bool) -> None:
-    """The dry run's word on --out: the run's own check of the folder (it changes nothing), as a
-    warning, since a plan may be made on another machine than the run's."""
-    from wasp_vllm.pipeline.store import CheckpointError, RunStore
-
-    try:
-        RunStore(out).check(resume=resume, overwrite=overwrite)
-    except CheckpointError as exc:
-        log.warning("%s: the run would stop there", exc)
+        _print_summary(result.manifest, out)
 
 
 @contextmanager
@@ -224,54 +189,6 @@ def _out_kept(out: Path) -> Iterator[None]:
         raise CheckpointError(
             f"--out {out} was removed while the run ran; start it again (nothing of it is left)"
         ) from exc
-
-
-@contextmanager
-def chatter_to_file(verbose: bool, out: Path) -> Iterator[Path | None]:
-    """What third parties write straight to the stderr descriptor (vLLM's worker processes, C++
-    warnings, weight-loading bars) goes to a log file unless ``-v``, so the one progress display
-    stays readable; ours keeps the terminal.  The log ends in ``out/private/engines.log`` when the
-    run got that far, else it is removed: nothing is left in the temporary folder."""
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        fd = -1  # stderr is captured (tests): nothing to redirect
-    if verbose or fd < 0:
-        yield None
-        return
-    log_fd, name = tempfile.mkstemp(prefix="wasp-vllm-engines-", suffix=".log")
-    saved = os.dup(fd)
-    console.file = os.fdopen(os.dup(saved), "w", buffering=1)
-    os.dup2(log_fd, fd)
-    failed = False
-    try:
-        yield Path(name)
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, fd)
-        os.close(saved)
-        os.close(log_fd)
-        console.file = sys.stderr
-        kept = _keep_engine_log(Path(name), out)
-        if failed and kept is not None:
-            console.print(f"engine messages: {kept}", highlight=False)
-
-
-def _keep_engine_log(path: Path, out: Path) -> Path | None:
-    """The engine log moved into the run's private folder, or removed where the run has none (it
-    stopped before any engine started); returns where it is kept, if anywhere."""
-    target = out / "private" / "engines.log"
-    try:
-        if target.parent.is_dir():
-            shutil.move(path, target)
-            return target
-        path.unlink(missing_ok=True)
-    except OSError:  # the run's folder vanished or is read-only: the log must not outlive the run
-        path.unlink(missing_ok=True)
-    return None
 
 
 @contextmanager
@@ -345,7 +262,10 @@ def print_utility_check(check: UtilityFigures) -> None:
     console.print(f"{style}the synthetic set is {check.reading()}", highlight=False)
 
 
-def _print_summary(manifest: Manifest, out: Path, chatter: Path | None = None) -> None:
+def _print_summary(manifest: Manifest, out: Path) -> None:
+    from wasp_vllm.pipeline.manifest import capped_note
+    from wasp_vllm.pipeline.store import RunStore
+
     plms = manifest.config["plms"]
     table = Table(
         title=f"{manifest.output.rows} samples written to {out}",
@@ -373,6 +293,8 @@ def _print_summary(manifest: Manifest, out: Path, chatter: Path | None = None) -
     if (check := privacy.utility_check) is not None:
         print_utility_check(check)
     print_work(manifest.work, console)
+    if capped := capped_note(manifest):
+        console.print(f"[bold yellow]note:[/] {escape(capped)}", highlight=False)
     # A round's missing samples are asked again in the next: the last round's figure is the run's.
     missing = manifest.rounds[-1].missing if manifest.rounds else 0
     if missing:
@@ -384,6 +306,6 @@ def _print_summary(manifest: Manifest, out: Path, chatter: Path | None = None) -
         f"share: {out}/synthetic.parquet, {out}/manifest.json, {out}/README.md (the data set's card; "
         f"`wasp-vllm publish {out} DIR` gathers them, `wasp-vllm report {out}` draws the run)\n"
         f"keep to yourself: {out}/private/ (checkpoints; the noise key is deleted now the run is done"
-        + (", engine messages)" if chatter else ")"),
+        + (", engine messages)" if RunStore(out).engine_log_path.is_file() else ")"),
         highlight=False,
     )

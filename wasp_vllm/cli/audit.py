@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wasp_vllm.cli.app import app, chatter_to_file, console, friendly_errors, setup_logging
+from wasp_vllm.cli.app import app, console, friendly_errors, setup_logging
 from wasp_vllm.cli.options import settings_command
 from wasp_vllm.config import RunConfig
 from wasp_vllm.ops.audit import CanaryDesign
@@ -63,11 +63,11 @@ def audit(
     with friendly_errors():
         from wasp_vllm.ops.audit import audit as run_audit
 
-        with chatter_to_file(False, out):
-            result = run_audit(
-                out=out, design=CanaryDesign(canaries, out_guesses, confidence), config=config,
-                overwrite=overwrite, allow_weak=allow_weak, **settings,
-            )  # fmt: skip
+        # (its run's engines print into out/private/engines.log: engines.chatter)
+        result = run_audit(
+            out=out, design=CanaryDesign(canaries, out_guesses, confidence), config=config,
+            overwrite=overwrite, allow_weak=allow_weak, **settings,
+        )  # fmt: skip
         console.print(result.statement(), markup=False)
         if result.refutes_claim:
             raise typer.Exit(3)

@@ -1,4 +1,4 @@
-"""The commands beside ``generate``: evaluate, hotpate, privacy, tasks, report, doctor, fleet."""
+"""The commands beside ``generate``: evaluate, hotpate, privacy, tasks, report, doctor."""
 
 from __future__ import annotations
 
@@ -40,14 +40,15 @@ def evaluate(
     """Train a task model on the synthetic set and score it on real test data (accuracy, macro-F1, FID)."""
     setup_logging(False)
     with friendly_errors():
-        from wasp_vllm.api import synthetic_task
+        from wasp_vllm.api import run_defaults, synthetic_task
         from wasp_vllm.evaluation import evaluate_synthetic
 
-        # The run's own task unless --task names another: a default task would score on labels the
-        # user never chose.
-        settings["task"] = synthetic_task(synthetic, settings.get("task"))
+        # The run's own task (as its manifest records it) unless --task names another, and its M
+        # and seed: a default the user never chose would score on other labels or other records.
+        task = synthetic_task(synthetic, settings.get("task"))
+        settings = run_defaults(synthetic) | settings | {"task": settings.get("task") or task.name}
         # An EvaluationError is a ValueError: friendly_errors turns it into one line and exit 2.
-        report = evaluate_synthetic(synthetic, build_settings(EvalSettings, settings))
+        report = evaluate_synthetic(synthetic, build_settings(EvalSettings, settings), task=task)
         _print_report(report, out)
 
 
@@ -203,6 +204,7 @@ def tasks(
 def _task_file(template: str | None, out: Path | None, check: Path | None) -> None:
     """``tasks --template NAME`` and ``tasks --check FILE``."""
     from wasp_vllm.tasks import get_task
+    from wasp_vllm.tasks.prompts import example_prompts
     from wasp_vllm.tasks.template import write_task_template
 
     with friendly_errors():
@@ -217,6 +219,9 @@ def _task_file(template: str | None, out: Path | None, check: Path | None) -> No
         assert check is not None
         spec = get_task(str(check))
         console.print(f"{check}: task {spec.name!r}, labels {', '.join(spec.labels)}", highlight=False)
+        for heading, prompt in example_prompts(spec).items():  # as a PLM gets it, before its chat template
+            console.print(f"\n{heading}:", markup=False)
+            console.print(prompt, markup=False, highlight=False, soft_wrap=True)  # its own lines, unwrapped
 
 
 @app.command()
@@ -275,109 +280,6 @@ def doctor() -> None:
         raise typer.Exit(1)
 
 
-# --- wasp-vllm fleet up | status | down -----------------------------------------------------------
-
-fleet_app = typer.Typer(
-    name="fleet",
-    help="Serve PLMs on a Ray cluster (Ray Serve): deploy a fleet file's PLMs, check them, remove them "
-    "(launch/README.md). Start the cluster first with `ray start --head`.",
-    no_args_is_help=True,
-)
-app.add_typer(fleet_app)
-FleetDir = Annotated[
-    Path,
-    typer.Option("--dir", help="Where `fleet up` records the deployment: fleet.json, plms.txt, run.yaml."),
-]
-RayAddress = Annotated[
-    str | None,
-    typer.Option(
-        "--ray-address",
-        help="The Ray cluster: auto (the one `ray start --head` runs here, or $RAY_ADDRESS), HOST:6379 or "
-        "ray://HOST:10001. Default: `up` takes the fleet file's [ray] address; status and down the one up "
-        "used.",
-    ),
-]
-DEFAULT_FLEET_DIR = Path("launch/fleet-state")
-
-
-def _fleet_error(exc: Exception) -> typer.Exit:
-    """A fleet error may list each deployment's message: printed as is (several lines); exit code 1."""
-    from rich.markup import escape
-
-    console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-    return typer.Exit(1)
-
-
-@fleet_app.command("up")
-def fleet_up(
-    fleet_file: Annotated[Path, typer.Argument(help="Fleet file (TOML), e.g. launch/fleet.example.toml.")],
-    directory: FleetDir = DEFAULT_FLEET_DIR,
-    ray_address: RayAddress = None,
-    wait: Annotated[
-        float | None, typer.Option(help="Seconds to wait until every PLM runs (default: the file's wait_s).")
-    ] = None,
-) -> None:
-    """Deploy each PLM of the fleet file to Ray Serve, wait until all run, print the --plms value."""
-    setup_logging(False)
-    from wasp_vllm.ops import fleet, ray_fleet
-
-    with friendly_errors():
-        try:
-            plms = ray_fleet.up(fleet.read_fleet(fleet_file), directory, address=ray_address, wait_s=wait)
-        except fleet.FleetError as exc:
-            raise _fleet_error(exc) from None
-        console.print(
-            f"fleet up: the PLMs run on Ray Serve; state in {directory}. Generate with\n"
-            f"  wasp-vllm generate --plms '{plms}' ...\n"
-            f"or with the run file {directory}/run.yaml (--config).\n"
-            f"Remove them with: wasp-vllm fleet down --dir {directory}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        typer.echo(plms)  # stdout: the --plms value alone, for scripts
-
-
-@fleet_app.command("status")
-def fleet_status(
-    directory: FleetDir = DEFAULT_FLEET_DIR,
-    ray_address: RayAddress = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False,
-) -> None:
-    """Each PLM's deployment as Ray Serve reports it; exit code 1 unless every one is HEALTHY."""
-    setup_logging(False)
-    from wasp_vllm.ops import fleet, ray_fleet
-
-    try:
-        rows = ray_fleet.status(directory, ray_address)
-    except fleet.FleetError as exc:
-        raise _fleet_error(exc) from None
-    cols = ("deployment", "status", "replicas", "message")
-    if as_json:
-        typer.echo(json.dumps(rows, indent=1))
-    else:
-        table = Table(title=f"fleet recorded in {directory}")
-        for col in cols:
-            table.add_column(col)
-        for r in rows:
-            table.add_row(*(str(r[c]) for c in cols))
-        Console().print(table if rows else f"no fleet recorded in {directory}")
-    if not rows or not all(r["status"] == "HEALTHY" for r in rows):
-        raise typer.Exit(1)
-
-
-@fleet_app.command("down")
-def fleet_down(directory: FleetDir = DEFAULT_FLEET_DIR, ray_address: RayAddress = None) -> None:
-    """Delete the application `fleet up` deployed (serve.delete); the Ray cluster keeps running."""
-    setup_logging(False)
-    from wasp_vllm.ops import fleet, ray_fleet
-
-    try:
-        name = ray_fleet.down(directory, ray_address)
-    except fleet.FleetError as exc:
-        raise _fleet_error(exc) from None
-    console.print(f"deleted Ray Serve application {name!r}" if name else f"no fleet recorded in {directory}")
-
-
 def _print_report(report: SyntheticScores, out: Path | None) -> None:
     """What is printed may be pasted anywhere: the report without its operator_only section, which
     goes only into ``out`` (a file only its owner may read)."""
@@ -389,6 +291,8 @@ def _print_report(report: SyntheticScores, out: Path | None) -> None:
         where = f"in {out}" if out is not None else "not shown: pass --out FILE to keep them"
         console.print(f"operator-only figures (FID against the private records, ...) {where}", markup=False)
     typer.echo(json.dumps(report.published(), indent=2, default=str))
+    if (reading := report.reading()) is not None:
+        console.print(f"macro-F1 {report.macro_f1:.3f}: {reading}", highlight=False)
 
 
 def _echo_json(report: dict[str, Any], out: Path | None) -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from wasp_vllm.config.checks import machine_load_note
 from wasp_vllm.pipeline.estimate import RunPlan
@@ -46,7 +48,7 @@ def print_plan(plan: RunPlan, console: Console) -> None:
     console.print(_quota_table(plan))
     moved = "" if plan.quotas_final else "after round 0 the noisy weights move them (here: equal weights); "
     console.print(f"quotas: {moved}{plan.labels}", highlight=False)
-    console.print(_engine_table(plan))
+    _print_engines(plan, console)
     how = "generating side by side" if plan.concurrent else "one after the other"
     extra = f", {duration(plan.dequantize_s)} to dequantize packaged models once" if plan.dequantize_s else ""
     console.print(
@@ -66,6 +68,27 @@ def _quota_table(plan: RunPlan) -> Table:
     for t, quotas in enumerate(plan.quotas):
         table.add_row(str(t), *(str(quotas[p]) for p in plms), str(sum(quotas.values())))
     return table
+
+
+def _print_engines(plan: RunPlan, console: Console) -> None:
+    """The engine table where the terminal is wide enough for it, else one line per PLM (the table's
+    ten columns wrapped into six-character ones at 80 columns)."""
+    table = _engine_table(plan)
+    natural = console.measure(table, options=console.options.update_width(10_000)).maximum  # unwrapped
+    if natural <= console.width:
+        console.print(table)
+        return
+    console.print(f"[italic]{table.title}[/]", highlight=False)
+    for e in plan.engines:
+        here = e.resolves if len(e.resolves) < 12 else "not here (see below)"
+        line = Text.from_markup(
+            f"[bold]{escape(e.plm)}[/] ({e.engine}, {escape(here)}): {e.samples} samples, {e.generated} "
+            f"generated, {e.tokens:,} tokens at {e.tokens_per_s:.0f} tok/s; start-up "
+            f"{duration(e.startup_s)}, wall {duration(e.wall_s)}; throughput from {escape(e.source)}"
+        )
+        console.print(Padding(line, (0, 0, 0, 2)), highlight=False)  # a PLM's wrapped lines stay indented
+    if table.caption:
+        console.print(table.caption, highlight=False)
 
 
 def _engine_table(plan: RunPlan) -> Table:

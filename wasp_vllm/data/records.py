@@ -303,9 +303,13 @@ def load_private(
     return data
 
 
-def load_test(source: str, task: TaskSpec, columns: Columns = Columns()) -> PrivateSet:
-    """Load a labelled test set from a file, or the built-in 'drugs' set (test split)."""
-    table, columns = _table_and_columns(source, "test", columns)
+def load_test(
+    source: str, task: TaskSpec, columns: Columns = Columns(), table: pa.Table | None = None
+) -> PrivateSet:
+    """Load a labelled test set from a file, a built-in set (its test split), or ``table`` (in-memory
+    records, named ``source`` in messages)."""
+    if table is None:
+        table, columns = _table_and_columns(source, "test", columns)
     data = table_to_set(table, task, str(source), replace(columns, user=None))  # no users in a test set
     logger.info("test set from %s: %d records", source, len(data))
     return data

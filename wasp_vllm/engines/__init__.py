@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from wasp_vllm.engines.base import Completion, Engine, GenerationParams
+from wasp_vllm.engines.chatter import engine_messages
 from wasp_vllm.engines.options import EngineKind, EngineOptions
 from wasp_vllm.engines.registry import PRESETS, ModelError, ResolvedPLM, parse_plm, resolve_plm
 
@@ -14,6 +15,7 @@ __all__ = [
     "GenerationParams",
     "ModelError",
     "PRESETS",
+    "engine_messages",
     "make_engine",
     "parse_plm",
 ]

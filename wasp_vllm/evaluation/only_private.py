@@ -37,7 +37,7 @@ def evaluate_private_only(
 
     if settings.private is None:
         raise EvaluationError("the OnlyPrivate baseline needs the private set (private=...)")
-    task = get_task(settings.task)
+    task = get_task(settings.task_name())
     private = load_private(
         settings.private, task, settings.columns(), limit=settings.private_limit, seed=settings.seed
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from wasp_vllm.evaluation.classifier import EvalReport
 from wasp_vllm.evaluation.common import OPERATOR_NOTE, OPERATOR_ONLY
+from wasp_vllm.evaluation.descriptions import DescriptionsScore
 
 #: A JSON object, as the reports are written.
 JSON = dict[str, Any]
@@ -98,6 +99,12 @@ class SyntheticScores(_Scored):
     fid_method: str
     label_agreement: LabelAgreement | None = None  # of a reference declared public
     operator: OperatorFigures | None = None
+    #: The label descriptions alone on the same test set: the reference point beside the scores.
+    descriptions: DescriptionsScore | None = None
+
+    def reading(self) -> str | None:
+        """One line: the synthetic set's macro-F1 beside the label descriptions' alone."""
+        return None if self.descriptions is None else self.descriptions.reading(self.macro_f1)
 
     def any_label_agreement(self) -> LabelAgreement | None:
         """The label agreement, published or the operator's (for the operator: a benchmark)."""
@@ -117,6 +124,9 @@ class SyntheticScores(_Scored):
             out[OPERATOR_ONLY] = self.operator.to_json()
         if self.label_agreement is not None:
             out["label_agreement"] = self.label_agreement.to_json()
+        if self.descriptions is not None:
+            out["descriptions_only"] = self.descriptions.to_json()
+            out["reading"] = self.reading()
         return out
 
     def published(self) -> JSON:

@@ -11,7 +11,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,10 +25,14 @@ from wasp_vllm.evaluation.classifier import (
     train_and_score,
 )
 from wasp_vllm.evaluation.common import EvaluationError
+from wasp_vllm.evaluation.descriptions import descriptions_score
 from wasp_vllm.evaluation.metrics import fid, fid_per_round, label_balance
 from wasp_vllm.evaluation.reference import check_declared_public
 from wasp_vllm.evaluation.results import LabelAgreement, OperatorFigures, SyntheticCounts, SyntheticScores
 from wasp_vllm.evaluation.settings import EvalSettings
+
+if TYPE_CHECKING:
+    from wasp_vllm.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +174,8 @@ def evaluate_synthetic(
     *,
     embedder: TextEncoder | None = None,
     bert_settings: BertSettings | None = None,
+    task: TaskSpec | None = None,
+    test_table: pa.Table | None = None,
 ) -> SyntheticScores:
     """Score a synthetic set: task model trained on it, accuracy on the test set, FID vs private.
 
@@ -179,21 +185,22 @@ def evaluate_synthetic(
     operator's section unless ``reference_public`` declares that the reference holds no private
     record (then it is published as ``label_agreement``).  FID (the operator's figure) only with
     ``settings.private``, drawn as the generation run drew it (``private_limit``, ``seed``).
-    ``embedder`` overrides ``settings.embedder`` with a ready encoder.
+    ``embedder`` overrides ``settings.embedder`` with a ready encoder; ``task`` the task
+    ``settings.task`` names (the one a run's manifest records, whose file may be elsewhere);
+    ``test_table`` holds in-memory test records, read instead of ``settings.test``.
     """
     from wasp_vllm.data.records import load_test
     from wasp_vllm.tasks import get_task
 
-    task = get_task(settings.task)
+    task = task or get_task(settings.task_name())
     if settings.reference is not None and settings.reference_public:  # before any work: the user's mistake
         check_declared_public(settings, task, Path(synthetic_path))
     synth = read_synthetic(synthetic_path, task)
     if not synth.texts:
         raise EvaluationError(f"{synthetic_path}: no usable synthetic rows (of {synth.n_rows})")
-    test = load_test(settings.test, task, settings.columns())
-    # FID and the label agreement need embeddings whatever the task model is
-    need_embedder = settings.model.trains_on_embeddings or settings.private or settings.reference
-    enc = embedder if embedder is not None or not need_embedder else _make_embedder(settings.embedder)
+    test = load_test(settings.test, task, settings.columns(), table=test_table)
+    # FID, the label agreement and the label descriptions' score need embeddings whatever the task model
+    enc = embedder if embedder is not None else _make_embedder(settings.embedder)
     synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
     train = LabelledTexts(
         synth.texts, synth.labels, synth_emb if settings.model.trains_on_embeddings else None
@@ -203,15 +210,16 @@ def evaluate_synthetic(
         seed=settings.seed,
     )  # fmt: skip
     public, operator = None, None
-    if enc is not None and synth_emb is not None:
+    if synth_emb is not None:
         public, operator = _against_real_records(synth, synth_emb, enc, task, settings)
+    descriptions = descriptions_score(task, enc, test.texts, test.labels)  # the reference point
     log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
     return SyntheticScores(
-        synthetic_path=str(Path(synthetic_path)), task=settings.task, model=str(settings.model),
+        synthetic_path=str(Path(synthetic_path)), task=task.name, model=str(settings.model),
         embedder=None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
         reused_stored_embeddings=reused, seed=settings.seed, counts=_describe_synthetic(synth, task.labels),
         classifier=report, fid_method=settings.fid_method,
-        label_agreement=public, operator=operator,
+        label_agreement=public, operator=operator, descriptions=descriptions,
     )  # fmt: skip
 
 

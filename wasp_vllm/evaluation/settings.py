@@ -44,7 +44,10 @@ class EvalSettings(BaseModel):
         ..., "Real labelled test set: a file, or a built-in set name ('drugs' = its test split; "
         "'drugs:validation' for choosing settings).", SCORED,
     )  # fmt: skip
-    task: str = setting("drugs", "Task name or task file (gives the label set).", SCORED)
+    task: str | None = setting(
+        None, "Task name or task file (gives the label set; default: the one the run's manifest records).",
+        SCORED,
+    )  # fmt: skip
     text_col: str = setting("text", "Text column of the test, private and reference files.", SCORED)
     label_col: str = setting("label", "Label column of the test, private and reference files.", SCORED)
     private: str | None = setting(
@@ -52,8 +55,9 @@ class EvalSettings(BaseModel):
         "the OnlyPrivate baseline, the records the task model trains on.", REAL,
     )  # fmt: skip
     private_limit: int | None = setting(
-        None, "Same M as the generation run: the same records it drew from --private.", REAL, flag="--m", ge=1
-    )
+        None, "M of the private draw (default: the run's, from its manifest): the records it drew from "
+        "--private.", REAL, flag="--m", ge=1,
+    )  # fmt: skip
     reference: str | None = setting(
         None, "A real labelled set (never the test split; 'drugs' = its fit split) for the label "
         "agreement: the share of synthetic samples a classifier trained on it labels alike.", REAL,
@@ -64,18 +68,31 @@ class EvalSettings(BaseModel):
         "statistic of the reference, goes into the operator_only section.", REAL,
         flag="--reference-public/--reference-private",
     )  # fmt: skip
-    seed: int = setting(0, "Seed of the task model, and of the private draw (as in generate).", MODEL)
+    seed: int = setting(
+        0, "Seed of the task model, and of the private draw (default: the run's, from its manifest).", MODEL
+    )
     model: TaskModel = setting(
         TaskModel.LOGREG,
         "Task model: 'logreg' (CPU, on embeddings) or 'bert' (fine-tune --bert-path).",
         MODEL,
+        flag="--task-model",
     )
-    bert_path: str | None = setting(None, "Local BERT-like model directory for --model bert.", MODEL)
+    bert_path: str | None = setting(None, "Local BERT-like model directory for --task-model bert.", MODEL)
     embedder: str = setting("auto", "Sentence embedder for logreg, FID and the label agreement.", MODEL)
     fid_method: Literal["sqrtm", "eigh"] = setting(
         "sqrtm", "FID's matrix square root: 'sqrtm' (as published FID code) or 'eigh' (faster, same value).",
         MODEL,
     )  # fmt: skip
+
+    def task_name(self) -> str:
+        """The task these settings name; an evaluation is never scored on a task nobody chose."""
+        if self.task is None:
+            from wasp_vllm.evaluation.common import EvaluationError
+
+            raise EvaluationError(
+                "no task to score on: pass --task NAME or FILE, or evaluate beside the run's manifest"
+            )
+        return self.task
 
     def columns(self) -> Columns:
         """The text and label columns of the test, private and reference files."""

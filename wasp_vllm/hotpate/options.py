@@ -45,7 +45,10 @@ class HotPateOptions(BaseModel):
         600, "Draw M records (keyed hash); M is public and sizes the teachers.", DATA, flag="--m", ge=1
     )
     n: int = setting(10, "Synthetic records to write.", TEACHERS, flag="--n", ge=1)
-    model: str = setting(_default(TeacherModel, "model"), "PLM preset or model directory.", TEACHERS)
+    model: str = setting(
+        _default(TeacherModel, "model"), "PLM preset or model directory (as generate's --plms names one).",
+        TEACHERS, flag="--plm",
+    )  # fmt: skip
     engine: Literal["auto", "hf", "vllm"] = setting(
         _default(TeacherModel, "engine"),
         "'hf' (transformers), 'vllm' (top-K) or 'auto' (vLLM only on a "
@@ -65,8 +68,9 @@ class HotPateOptions(BaseModel):
         TEACHERS,
     )
     max_tokens: int = setting(
-        _default(HotPateSettings, "max_tokens"), "Tokens per synthetic record.", TEACHERS, ge=1
-    )
+        _default(HotPateSettings, "max_tokens"), "Tokens per synthetic record.", TEACHERS,
+        flag="--max-new-tokens", ge=1,
+    )  # fmt: skip
     seed: int = setting(
         _default(HotPateSettings, "seed"),
         "Seed of the shared randomness, the prompts and the --m draw.",
@@ -81,6 +85,7 @@ class HotPateOptions(BaseModel):
     accounting: Accounting = setting(
         _default(HotPateSettings, "accounting"),
         "'gaussian' (pay per query) or 'target-charging' (pay per borderline call).", PRIVACY,
+        flag="--accountant",
     )  # fmt: skip
     threshold_fraction: float = setting(
         _default(HotPateSettings, "threshold_fraction"),

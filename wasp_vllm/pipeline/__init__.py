@@ -8,10 +8,10 @@ rounds), ``state`` (what is checkpointed), ``manifest`` (what is published), ``b
 engines and embedder).
 """
 
-from wasp_vllm.pipeline.backends import Backends, Collaborators, default_backends
+from wasp_vllm.pipeline.backends import Backends, Collaborators, EngineFactory, default_backends
 from wasp_vllm.pipeline.context import RunContext, per_round_totals, prepare, privacy_plan
 from wasp_vllm.pipeline.generation import PipelineError
-from wasp_vllm.pipeline.loop import EngineFactory, Run
+from wasp_vllm.pipeline.loop import Run
 
 __all__ = [
     "Backends",

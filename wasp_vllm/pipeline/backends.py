@@ -8,8 +8,10 @@ replace this one function).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,8 +19,14 @@ import numpy as np
 from wasp_vllm.config import RunConfig
 from wasp_vllm.engines import Engine, make_engine
 from wasp_vllm.engines.options import EngineOptions
-from wasp_vllm.pipeline.loop import EngineFactory
+from wasp_vllm.engines.registry import ModelError
+from wasp_vllm.pipeline.estimate import engine_kind
 from wasp_vllm.pipeline.policy import DEFAULT_POLICY, RoundPolicy
+
+log = logging.getLogger(__name__)
+
+#: ``engine_factory(plm_spec, cfg) -> Engine``: how a run gets one engine per PLM.
+EngineFactory = Callable[[str, Any], Engine]
 
 
 def default_engine_factory(name: str, cfg: RunConfig) -> Engine:
@@ -79,3 +87,50 @@ class Collaborators:
 
 def default_backends(cfg: RunConfig) -> Backends:
     return Backends(default_engine_factory, LazyEmbedder(cfg.embedder))
+
+
+@dataclass
+class RunEngines:
+    """The engines of one session of a run, one per active PLM: their start-up and shut-down are
+    timed into ``timings``; at close each engine's public facts (number type, device, a served
+    PLM's requests per replica) are kept in ``stats``, and which engine served each PLM in ``kinds``."""
+
+    factory: EngineFactory
+    timings: dict[str, float]
+    engines: dict[str, Engine] = field(default_factory=dict)
+    stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+
+    def open(self, names: Sequence[str], cfg: RunConfig) -> None:
+        for name in names:
+            start = time.perf_counter()
+            try:
+                self.engines[name] = self._load(name, cfg)
+            finally:
+                self._add(f"startup:{name}", start)
+            self.kinds[name] = engine_kind(self.engines[name])
+
+    def _load(self, name: str, cfg: RunConfig) -> Engine:
+        try:
+            return self.factory(name, cfg)
+        except ModelError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a model that passed the cheap checks but will not load
+            raise ModelError(f"PLM {name} could not be loaded ({type(exc).__name__}); see the log") from exc
+
+    def close(self) -> None:
+        for name, engine in self.engines.items():
+            stats = getattr(engine, "stats", None)
+            if callable(stats):
+                self.stats[name] = stats()
+            start = time.perf_counter()
+            try:
+                engine.close()
+            except Exception:  # noqa: BLE001 - closing must not hide the real error
+                log.debug("closing engine %s failed", engine.name, exc_info=True)
+            finally:
+                self._add(f"shutdown:{name}", start)
+        self.engines.clear()
+
+    def _add(self, stage: str, start: float) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start

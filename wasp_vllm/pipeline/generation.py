@@ -56,6 +56,12 @@ class PLMResult:
     shortfall: int = 0
     failures: int = 0
     rejects: Counter[str] = field(default_factory=Counter)  # by reason (see pipeline.prompts.clean_sample)
+    cap: int = 0  # the token cap the rows were written under (max_new_tokens)
+
+    @property
+    def capped(self) -> int:
+        """Rows that reached the token cap: cut there, likely mid-text."""
+        return sum(n >= self.cap for n in self.row_tokens) if self.cap else 0
 
     def merge(self, other: PLMResult) -> None:
         self.rejects.update(other.rejects)
@@ -68,6 +74,7 @@ class PLMResult:
         self.engine_seconds += other.engine_seconds
         self.shortfall += other.shortfall
         self.failures += other.failures
+        self.cap = max(self.cap, other.cap)
 
 
 Progress = Callable[[int], None]
@@ -83,7 +90,7 @@ def generate_share(
     )
     wanted = [rin.task.labels[c] for c, n in enumerate(counts) for _ in range(int(n))]
     params = sampling_for(plm, rin.params, cfg.model_fields_set)  # a preset's sampling, unless set
-    result = PLMResult()
+    result = PLMResult(cap=params.max_new_tokens)
     kept_keys: set[str] = set()
     start = time.perf_counter()
     for attempt in range(cfg.engine_args.max_attempts):
@@ -333,5 +340,5 @@ def round_record(
         {p: r.tokens for p, r in each}, {p: round(r.seconds, 3) for p, r in each},
         {p: r.failures for p, r in each}, sum(quotas.values()) - rows,
         {p: dict(sorted(r.rejects.items())) for p, r in each}, {p: r.generated for p, r in each},
-        {p: sum(r.row_tokens) for p, r in each},
+        {p: sum(r.row_tokens) for p, r in each}, {p: r.capped for p, r in each},
     )  # fmt: skip

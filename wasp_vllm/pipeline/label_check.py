@@ -22,13 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from wasp_vllm.evaluation.descriptions import description_prototypes, unit_rows
 from wasp_vllm.tasks import TaskSpec
-
-
-def unit_rows(matrix: np.ndarray, dtype: type[np.floating] = np.float32) -> np.ndarray:
-    """Each row scaled to unit length, as ``dtype`` (a zero row stays zero)."""
-    rows = np.asarray(matrix, dtype=dtype)
-    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
 
 class LabelCheck:
@@ -40,7 +35,7 @@ class LabelCheck:
         # ("Already borrowed"), so the check embeds one batch at a time.
         self._lock = threading.Lock()
         self.labels = list(task.labels)
-        self.prototypes = unit_rows(embedder.encode([task.label_text(lab) for lab in self.labels]))
+        self.prototypes = description_prototypes(task, embedder)
 
     def check(self, texts: Sequence[str], labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(embeddings, off-label mask)`` of a batch of samples; the embeddings are kept by the

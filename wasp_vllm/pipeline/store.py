@@ -11,6 +11,7 @@ Layout of ``--out``::
         rounds/round-000.parquet    one file per finished round (with embeddings)
         rounds/votes-000.parquet    the noisy votes of each voting round
         noise.key                   the secret of the DP noise (mode 0600), deleted when the run ends
+        engines.log                 what the engines' libraries printed (vLLM, transformers, ...)
     .wasp-vllm.lock                 held (flock) by the process writing the folder: one run at a time
 
 What may be published is a function of the noisy votes or independent of the private data; the
@@ -45,6 +46,7 @@ from wasp_vllm.privacy.voting import NoisyVotes
 PUBLISHED = ("synthetic.parquet", "manifest.json", "README.md")  # README.md: the data set's card
 RUN_FILES = (*PUBLISHED, OPERATOR_DIR)
 KEY_FILE = "noise.key"
+ENGINE_LOG = "engines.log"
 #: Held with ``flock`` by the one process writing the folder; the kernel drops it when that process
 #: ends, however it ends, so a lock left by a dead run never blocks.  Not a run file: an overwrite
 #: keeps it, and publishing copies only :data:`PUBLISHED`.
@@ -56,7 +58,8 @@ noise.key is the secret of the differential-privacy noise: with it anyone can re
 It is deleted when the run finishes (a finished run does not need it to write its files again).
 state.json and rounds/ are checkpoints for --resume (they hold a keyed fingerprint of the
 private data and every intermediate sample); record_keys.json holds a keyed hash of each private
-text (so that `evaluate --reference-public` can tell a reference that shares one).
+text (so that `evaluate --reference-public` can tell a reference that shares one); engines.log
+holds what the engines' libraries printed while the run ran.
 Share only ../synthetic.parquet, ../manifest.json, ../README.md (the data set's card) and the
 report written by `wasp-vllm report`.
 """
@@ -170,6 +173,28 @@ class RunStore:
     @property
     def key_path(self) -> Path:
         return self.private / KEY_FILE
+
+    @property
+    def engine_log_path(self) -> Path:
+        """What the engines' libraries print while the run works (:mod:`wasp_vllm.engines.chatter`)."""
+        return self.private / ENGINE_LOG
+
+    def finished(self) -> dict[str, Any] | None:
+        """The published manifest of a run that finished, when its files are all there and its
+        synthetic file is the one it describes (its noise key deleted, if a kill left it); else
+        None: a run whose files are to be written again."""
+        path = self.out / "manifest.json"
+        try:
+            manifest = json.loads(path.read_text())
+            expected = manifest["output"]["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not all((self.out / name).is_file() for name in PUBLISHED):
+            return None
+        if sha256_file(self.out / "synthetic.parquet") != expected:
+            return None
+        self.discard_key()
+        return dict(manifest)
 
     def has_run(self) -> bool:
         return any((self.out / name).exists() for name in RUN_FILES)

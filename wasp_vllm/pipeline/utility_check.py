@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from wasp_vllm.evaluation.classifier import fit_predict_logreg
-from wasp_vllm.pipeline.label_check import LabelCheck
+from wasp_vllm.evaluation.descriptions import description_prototypes, nearest_description
 from wasp_vllm.pipeline.store import stored_embeddings
 from wasp_vllm.privacy.mechanisms import Classifier
 from wasp_vllm.tasks import TaskSpec
@@ -28,11 +28,11 @@ def checked_classifiers(synthetic: pa.Table, task: TaskSpec, embedder: Any, seed
     embeddings = stored_embeddings(synthetic)
     labels = np.array([task.labels.index(x) for x in synthetic.column("label").to_pylist()], dtype=np.int64)
     first = synthetic.column("round").to_numpy() == 0
-    descriptions = LabelCheck(task, embedder)
+    prototypes = description_prototypes(task, embedder)
     return [
         task_model(embeddings, labels, seed),
         task_model(embeddings[first], labels[first], seed),
-        lambda rows: np.asarray(descriptions.scores(rows).argmax(axis=1), dtype=np.int64),
+        lambda rows: nearest_description(rows, prototypes),
     ]
 
 

@@ -21,10 +21,11 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from wasp_vllm.pipeline.card import CARD_FILE, card_for_run
+from wasp_vllm.pipeline.manifest import recorded_task
 from wasp_vllm.pipeline.store import PUBLISHED, sha256_file
 from wasp_vllm.privacy.report import PrivacyReport
 from wasp_vllm.privacy.secrets import OPERATOR_DIR
-from wasp_vllm.tasks import TaskError, TaskSpec, get_task
+from wasp_vllm.tasks import TaskError, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,10 @@ def _card(run: Path, manifest: dict[str, Any], license: str | None) -> str:
 
 
 def _task_of(manifest: dict[str, Any]) -> TaskSpec | None:
-    """The run's task where it resolves here (a task file may be elsewhere: then None)."""
+    """The run's task as its manifest records it, else where it resolves here (a task file of an
+    older run may be elsewhere: then None)."""
     try:
-        return get_task(str(manifest.get("config", {}).get("task") or manifest.get("task")))
+        return recorded_task(manifest)
     except (TaskError, OSError):
         return None
 

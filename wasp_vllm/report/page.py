@@ -40,6 +40,7 @@ from wasp_vllm.report.run_view import (
 from wasp_vllm.report.settings import ReportSettings
 
 WEIGHTS_PNG, LABELS_PNG, FID_PNG, WORK_PNG = "weights.png", "labels.png", "fid.png", "work.png"
+UTILITY_PNG = "utility.png"
 SAMPLES_PER_CELL = 3
 OPERATOR_NOTE = (
     "computed on the raw private records outside the differential-privacy accounting: the "
@@ -65,6 +66,8 @@ def render_report(run_dir: Path, out: Path | None = None, settings: ReportSettin
     report_plots.plot_weights(view.manifest.get("rounds", []), view.plms, out / WEIGHTS_PNG)
     report_plots.plot_labels(label_counts(view), view.plms, out / LABELS_PNG)
     report_plots.plot_work(view.manifest.get("rounds", []), view.plms, out / WORK_PNG)
+    if (check := view.privacy.utility_check) is not None:
+        report_plots.plot_utility(check, out / UTILITY_PNG)
     if figures is not None:
         report_plots.plot_fid(figures.fid_by_round, out / FID_PNG)
     else:  # an operator's figure must never sit beside a publishable page
@@ -94,6 +97,7 @@ def build_html(view: RunView, figures: OperatorFigures | None) -> str:
         OPERATOR_BANNER if figures is not None else PUBLIC_BANNER,
         _void_banner(view),
         _privacy_section(view),
+        _utility_section(view),
         _rounds_section(view),
         _labels_section(view),
         _rejects_section(view),
@@ -177,6 +181,23 @@ def _privacy_section(view: RunView) -> str:
     if privacy.federated:
         parts += ["<h3>Federated voting</h3>", definition_table(dict(privacy.federated))]
     return "\n".join(parts) + "</section>"
+
+
+def _utility_section(view: RunView) -> str:
+    """The utility check's figures on the private records (released with noise, in the ledger)."""
+    check = view.privacy.utility_check
+    if check is None:
+        return ""
+    rows = [[s.name, str(s.macro_f1), str(s.accuracy)] for s in check.sets]
+    return (
+        '<section id="utility"><h2>Utility check on the private records</h2>'
+        "<p>Task models trained on the synthetic set, on round 0's zero-shot samples alone, and the "
+        "nearest label description, each scored on the records that voted through noisy confusion "
+        f"matrices (part of the privacy spent above); {check.confidence:.0%} intervals cover the noise "
+        f"and the sampling error. The synthetic set is {escape(check.reading())}.</p>"
+        f'<img src="{UTILITY_PNG}" alt="macro-F1 on the private records with intervals" width="560">'
+        f"{table(['task model from', 'macro-F1', 'accuracy'], rows)}</section>"
+    )
 
 
 def _rounds_section(view: RunView) -> str:

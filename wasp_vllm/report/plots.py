@@ -13,7 +13,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wasp_vllm.privacy.utility import UtilityFigures
 
 #: One colour per PLM, in the order of the run's ``plms`` (matplotlib's default cycle).
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
@@ -132,6 +135,22 @@ def plot_fid(fid_by_round: Mapping[int, float], path: Path) -> Path:
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.set(xlabel="round (cumulative set)", ylabel="FID", title="FID vs private set (operator only)")
     ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_utility(check: UtilityFigures, path: Path) -> Path:
+    """The utility check: each task model's macro-F1 on the private records, with its interval."""
+    fig = _figure(5.6, 2.6)
+    ax = fig.subplots()
+    names = [s.name for s in check.sets]
+    estimates = [s.macro_f1.estimate for s in check.sets]
+    below = [s.macro_f1.estimate - s.macro_f1.low for s in check.sets]
+    above = [s.macro_f1.high - s.macro_f1.estimate for s in check.sets]
+    ys = list(range(len(names)))[::-1]
+    ax.errorbar(estimates, ys, xerr=[below, above], fmt="o", capsize=4, color=_colour(0))
+    ax.set_yticks(ys, names)
+    ax.set(xlabel=f"macro-F1 on the private records ({check.confidence:.0%} interval)", xlim=(0, 1))
+    ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
 
 

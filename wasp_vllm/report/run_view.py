@@ -72,12 +72,13 @@ def _columns(path: Path) -> list[str]:
 
 
 def _label_order(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """The task's labels in its order (when the task resolves here), then any other label seen."""
+    """The task's labels in its order (as the manifest records the task, or where it resolves
+    here), then any other label seen."""
     seen = sorted({str(r.get("label")) for r in rows})
     try:
-        from wasp_vllm.tasks import get_task
+        from wasp_vllm.pipeline.manifest import recorded_task
 
-        labels = list(get_task(str(manifest.get("config", {}).get("task") or manifest.get("task"))).labels)
+        labels = list(recorded_task(manifest).labels)
     except (ValueError, OSError):
         labels = []
     return labels + [x for x in seen if x not in labels]
@@ -88,10 +89,10 @@ def operator_fid(view: RunView, settings: ReportSettings) -> OperatorFigures:
     from wasp_vllm.data.records import Columns, load_private
     from wasp_vllm.engines.embedder import Embedder
     from wasp_vllm.evaluation import fid_per_round, read_synthetic
-    from wasp_vllm.tasks import get_task
+    from wasp_vllm.pipeline.manifest import recorded_task
 
     cfg = view.config
-    task = get_task(str(cfg.get("task") or view.manifest.get("task")))
+    task = recorded_task(view.manifest)
     private = settings.private
     if private is None:
         raise ReportError("the operator's FID needs the private set (--private)")

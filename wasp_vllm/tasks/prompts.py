@@ -119,3 +119,26 @@ def pick_attribute(task: TaskSpec, label: str, rng: np.random.Generator) -> str 
     if not choices:
         return None
     return choices[int(rng.integers(len(choices)))]
+
+
+#: What ``tasks --check`` shows where a run's later prompts hold synthetic texts the votes chose.
+STAND_INS = ("<a synthetic text the votes chose>", "<another one>")
+STAND_IN_BAD = "<a synthetic text the votes turned from>"
+
+
+def example_prompts(task: TaskSpec) -> dict[str, str]:
+    """One prompt of each kind for the task's first label (and attribute), with stand-ins for the
+    synthetic examples, under a heading that says when a run uses it (``--later-prompt`` picks
+    the later rounds' one): what a task file's templates make (``wasp-vllm tasks --check``)."""
+    label = task.labels[0]
+    choices = task.attribute_choices(label)
+    attribute = choices[0] if choices else None
+    return {
+        f"zero_shot prompt (round 0), label {label}": build_prompt(task, "zero_shot", label, attribute),
+        f"few_shot prompt (later rounds, the default), label {label}": build_prompt(
+            task, "few_shot", label, attribute, good=STAND_INS
+        ),
+        f"contrastive prompt (later rounds with --later-prompt contrastive), label {label}": build_prompt(
+            task, "contrastive", label, attribute, good=STAND_INS[:1], bad=[STAND_IN_BAD]
+        ),
+    }
