@@ -32,6 +32,7 @@ from wasp_vllm.evaluation import (
     train_and_score,
 )
 from wasp_vllm.evaluation.settings import EvalSettings
+from wasp_vllm.tasks import get_task
 
 # ----- a test double for the embedder --------------------------------------------------------------
 
@@ -358,6 +359,8 @@ def imdb_files(tmp_path):
         table.update({t: centers[label] + rng.normal(size=8) for t in out})
         return out
 
+    # the label descriptions sit at their label's centre (evaluate scores them beside the set)
+    table.update({get_task("imdb").label_text(lab): centers[lab] for lab in centers})
     rows = [(t, lab, r) for r in range(3) for lab in centers for t in texts_for(f"synth r{r}", lab, 10)]
     rows += [(None, "positive", 2), ("junk text", "not-a-label", 2)]
     emb = [table.get(t, np.zeros(8)) if t else np.zeros(8) for t, _, _ in rows]
@@ -398,7 +401,8 @@ def test_evaluate_synthetic_end_to_end(imdb_files):
     assert result["n_synthetic"] == 60 and result["n_rows"] == 62
     assert (result["n_dropped_null_text"], result["n_dropped_unknown_label"]) == (1, 1)
     assert result["reused_stored_embeddings"] is True
-    assert enc.calls == calls + 2  # test set and private set only: stored synthetic embeddings reused
+    # the test set (once), the private set and the label descriptions: stored synthetic embeddings reused
+    assert enc.calls == calls + 3
     assert result["label_balance"] == {"positive": 30, "negative": 30}
     assert result["per_round_counts"] == {"0": 20, "1": 20, "2": 20}
     assert result["accuracy"] > 0.95
@@ -417,7 +421,7 @@ def test_evaluate_synthetic_re_embeds_when_stored_dimension_differs(imdb_files):
     scored = EvalSettings(test=imdb_files["test"], task="imdb")
     result = evaluate_synthetic(imdb_files["synthetic"], scored, embedder=enc).to_json()
     assert result["reused_stored_embeddings"] is False and "operator_only" not in result
-    assert enc.calls == 2  # synthetic and test sets
+    assert enc.calls == 3  # the synthetic and test sets, the label descriptions
     assert result["accuracy"] > 0.95
 
 

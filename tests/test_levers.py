@@ -178,7 +178,10 @@ def _floored(raw: np.ndarray, floor_of_even: float) -> np.ndarray:
 def test_label_agreement_with_a_reference_set(tmp_path):
     run(tmp_path)
     private = str(tmp_path / "p.csv")
-    synthetic, scored = tmp_path / "out" / "synthetic.parquet", EvalSettings(test=private, reference=private)
+    synthetic, scored = (
+        tmp_path / "out" / "synthetic.parquet",
+        EvalSettings(test=private, task="drugs", reference=private),
+    )
     report = evaluate_synthetic(synthetic, scored, embedder=HashEmbedderForTests()).to_json()
     # The reference may hold private records (here it is the private file): the figure, an
     # un-noised statistic of it, is the operator's unless the reference is declared public.

@@ -129,7 +129,7 @@ def _built_in_run(tmp_path: Path, source: str) -> Path:
 @pytest.mark.parametrize("reference", ["drugs", "drugs:fit", "drugs:train"])
 def test_a_built_in_private_set_cannot_be_declared_public(tmp_path, reference):
     synthetic = _built_in_run(tmp_path, "drugs")
-    scored = EvalSettings(test="drugs", reference=reference, reference_public=True)
+    scored = EvalSettings(test="drugs", task="drugs", reference=reference, reference_public=True)
     with pytest.raises(ValueError, match="overlaps the private data of the run"):
         evaluate_synthetic(synthetic, scored)
 
@@ -139,7 +139,7 @@ def test_another_split_passes_the_check_and_an_unknown_run_is_refused(tmp_path):
     from wasp_vllm.tasks import get_task
 
     synthetic = _built_in_run(tmp_path, "drugs")
-    scored = EvalSettings(test="drugs", reference="drugs:test", reference_public=True)
+    scored = EvalSettings(test="drugs", task="drugs", reference="drugs:test", reference_public=True)
     check_declared_public(scored, get_task("drugs"), synthetic)  # the test split holds no fit record
     os.remove(synthetic.parent / "manifest.json")
     with pytest.raises(ValueError, match="cannot be checked"):

@@ -10,7 +10,6 @@ records (its third confusion matrix).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,12 +55,11 @@ class DescriptionsScore:
 
 
 def descriptions_score(
-    task: Any, embedder: Any, texts: Sequence[str], labels: np.ndarray
+    task: Any, embedder: Any, embeddings: np.ndarray, labels: np.ndarray
 ) -> DescriptionsScore:
-    """The label descriptions alone, scored on ``texts`` (labels as indices into the task's)."""
-    predicted = nearest_description(
-        np.asarray(embedder.encode(list(texts))), description_prototypes(task, embedder)
-    )
+    """The label descriptions alone, scored on texts embedded by ``embedder`` (``embeddings``;
+    labels as indices into the task's)."""
+    predicted = nearest_description(np.asarray(embeddings), description_prototypes(task, embedder))
     truth = np.asarray(labels, dtype=np.int64)
     return DescriptionsScore(
         float(accuracy_score(truth, predicted)),

@@ -201,18 +201,16 @@ def evaluate_synthetic(
     test = load_test(settings.test, task, settings.columns(), table=test_table)
     # FID, the label agreement and the label descriptions' score need embeddings whatever the task model
     enc = embedder if embedder is not None else _make_embedder(settings.embedder)
-    synth_emb, reused = _synthetic_embeddings(synth, enc) if enc is not None else (None, False)
-    train = LabelledTexts(
-        synth.texts, synth.labels, synth_emb if settings.model.trains_on_embeddings else None
-    )
+    synth_emb, reused = _synthetic_embeddings(synth, enc)
+    test_emb = np.asarray(enc.encode(list(test.texts)))  # once: the task model and the descriptions
+    on_embeddings = settings.model.trains_on_embeddings
+    train = LabelledTexts(synth.texts, synth.labels, synth_emb if on_embeddings else None)
+    scored = LabelledTexts(test.texts, test.labels, test_emb if on_embeddings else None)
     report = train_and_score(
-        train, LabelledTexts(test.texts, test.labels), task.labels, settings.classifier(enc, bert_settings),
-        seed=settings.seed,
-    )  # fmt: skip
-    public, operator = None, None
-    if synth_emb is not None:
-        public, operator = _against_real_records(synth, synth_emb, enc, task, settings)
-    descriptions = descriptions_score(task, enc, test.texts, test.labels)  # the reference point
+        train, scored, task.labels, settings.classifier(enc, bert_settings), seed=settings.seed
+    )
+    public, operator = _against_real_records(synth, synth_emb, enc, task, settings)
+    descriptions = descriptions_score(task, enc, test_emb, test.labels)  # the reference point
     log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
     return SyntheticScores(
         synthetic_path=str(Path(synthetic_path)), task=task.name, model=str(settings.model),
