@@ -89,6 +89,7 @@ ADDED_SETTINGS = {
     "label_prior_share": 0.1,
     "far_votes": "on",
     "utility_check_share": 0.0,
+    "publish_better": False,
 }
 #: Fields added to the privacy plan since: both histograms released, as before the field existed.
 ADDED_PLAN_FIELDS = {"histograms": 2}

@@ -15,6 +15,7 @@ import json
 import math
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -160,3 +161,35 @@ def test_a_run_killed_after_its_rounds_makes_the_check_on_resume(tmp_path):
 def test_the_check_is_refused_where_it_cannot_be_made(extra, why):
     with pytest.raises(ConfigError, match=why):
         build_config({"utility_check_share": 0.2, **extra}, {})
+
+
+def test_publish_better_publishes_round_0_alone_where_the_check_finds_it_better(tmp_path, monkeypatch):
+    """The decision reads the noisy figures alone; here they are made to say zero-shot is better."""
+    import wasp_vllm.pipeline.manifest as manifest_module
+
+    truth, everything_first = np.diag([10.0, 10.0, 10.0]), np.zeros((3, 3))
+    everything_first[:, 0] = 10.0
+    zero_shot_ahead = figures(np.stack([everything_first, truth, truth]), sigma=1e-6)
+    monkeypatch.setattr(manifest_module, "figures", lambda *a, **k: zero_shot_ahead)
+    use_fake_backends(monkeypatch)
+    private = write_private(tmp_path / "p.csv", n=30)
+    argv = ["generate", "--plms", "a,b", "--private", str(private), "--n", "36", "--rounds", "3", "--q", "2",
+            "--s", "2", "--utility-check-share", "0.2"]  # fmt: skip
+    published = {}
+    for choice in ("--publish-better", "--publish-all"):
+        out = tmp_path / choice
+        result = CliRunner().invoke(app, [*argv, choice, "--out", str(out)], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        rounds = pq.read_table(out / "synthetic.parquet").column("round").to_pylist()
+        manifest = json.loads((out / "manifest.json").read_text())
+        published[choice] = (set(rounds), manifest["privacy"]["utility_check"]["published"])
+        assert manifest["output"]["rows"] == len(rounds)
+    assert published["--publish-better"] == ({0}, "zero-shot reference")
+    assert published["--publish-all"] == ({0, 1, 2}, "synthetic")
+    card = (tmp_path / "--publish-better" / "README.md").read_text()
+    assert "round 0's zero-shot samples alone (--publish-better)" in card
+
+
+def test_publish_better_needs_the_check():
+    with pytest.raises(ConfigError, match="utility_check_share"):
+        build_config({"publish_better": True}, {})

@@ -325,6 +325,7 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
         "dtype": "auto",
         # no utility check (none before it existed)
         "utility_check_share": 0.0,
+        "publish_better": False,
     }
     return {k: v for k, v in config.items() if k not in as_before or v != as_before[k]}
 

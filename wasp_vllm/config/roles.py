@@ -109,6 +109,12 @@ class PrivacySettings(Role):
         "labels the private records, from noisy confusion matrices (docs/first-run.md). 0: no check.",
         ge=0, lt=1,
     )  # fmt: skip
+    publish_better: bool = setting(
+        False, "With --utility-check-share: where the check finds round 0's zero-shot samples better "
+        "than the whole synthetic set beyond its interval, synthetic.parquet holds those samples alone "
+        "(fewer than N rows; the manifest and the card say so). A decision from the noisy check: free.",
+        flag="--publish-better/--publish-all",
+    )  # fmt: skip
 
     @property
     def records_per_unit(self) -> int:

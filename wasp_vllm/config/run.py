@@ -114,6 +114,11 @@ class RunConfig(
                 "utility_check_share needs the exact accountant (it splits the budget in mu^2) and no "
                 "parties (its confusion matrices would pool the parties' exact labels in one place)"
             )
+        if self.publish_better and self.utility_check_share == 0:
+            raise ValueError(
+                "publish_better decides from the utility check: set utility_check_share too "
+                "(--utility-check-share 0.1)"
+            )
         if self.privacy_unit == "user" and self.max_records_per_user is None:
             raise ValueError(
                 "privacy_unit=user needs max_records_per_user (--max-records-per-user k): a public cap, "

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from wasp_vllm.config import ConfigError
 from wasp_vllm.engines import GenerationParams, engine_messages
@@ -29,7 +30,7 @@ from wasp_vllm.pipeline.context import RunContext, per_round_totals
 from wasp_vllm.pipeline.estimate import RunPlan, against_run
 from wasp_vllm.pipeline.generation import PLMResult, RoundGeneration, round_record
 from wasp_vllm.pipeline.label_check import LabelCheck
-from wasp_vllm.pipeline.manifest import Manifest, build_manifest
+from wasp_vllm.pipeline.manifest import Manifest, build_manifest, utility_figures
 from wasp_vllm.pipeline.policy import (
     DEFAULT_POLICY,
     PolicyContext,
@@ -55,6 +56,7 @@ from wasp_vllm.pipeline.utility_check import checked_classifiers
 from wasp_vllm.privacy.clock import private_work
 from wasp_vllm.privacy.mechanisms import Voters, VotingMechanism, open_voting, release_label_histogram
 from wasp_vllm.privacy.secrets import RunSecret
+from wasp_vllm.privacy.utility import CHECKED_SETS
 from wasp_vllm.privacy.voting import NoisyVotes
 
 log = logging.getLogger(__name__)
@@ -366,6 +368,8 @@ class Run:
     def _finish(self, state: RunState) -> Manifest:
         # Built from the checkpointed round files, so a resumed run writes the same bytes.
         final = pa.concat_tables([self.store.read_round(t) for t in range(self.cfg.rounds)]).combine_chunks()
+        if (check := utility_figures(self.ctx, state)) is not None and check.published != CHECKED_SETS[0]:
+            final = final.filter(pc.equal(final["round"], 0))  # the zero-shot reference: better, and public
         out = self.store.out / "synthetic.parquet"
         self._timed("io", write_parquet, out, final)
         engines = self.run_engines

@@ -28,7 +28,7 @@ from wasp_vllm.privacy.federated import federated_report
 from wasp_vllm.privacy.report import LedgerReport, PrivacyReport
 from wasp_vllm.privacy.search import faiss_build
 from wasp_vllm.privacy.secrets import keyed_name, owner_key
-from wasp_vllm.privacy.utility import figures
+from wasp_vllm.privacy.utility import UtilityFigures, figures
 from wasp_vllm.tasks import TaskSpec, get_task, task_from_dict
 
 #: Packages whose versions a manifest records (the ones that decide what a run writes).
@@ -85,10 +85,16 @@ def _privacy(ctx: RunContext, state: RunState) -> PrivacyReport:
         if cfg.noise_seed is not None
         else "from a secret key (private/noise.key, deleted when the run finished; never published)",
         federated=federated,
-        utility_check=None
-        if state.utility_check is None or ctx.plan.utility_sigma is None
-        else figures(np.asarray(state.utility_check), ctx.plan.utility_sigma, seed=cfg.seed),
+        utility_check=utility_figures(ctx, state),
     )
+
+
+def utility_figures(ctx: RunContext, state: RunState) -> UtilityFigures | None:
+    """What the run's utility check says (None without one), and which set the run publishes."""
+    if state.utility_check is None or ctx.plan.utility_sigma is None:
+        return None
+    check = figures(np.asarray(state.utility_check), ctx.plan.utility_sigma, seed=ctx.cfg.seed)
+    return check.publishing_the_better() if ctx.cfg.publish_better else check
 
 
 def work(state: RunState) -> dict[str, dict[str, Any]]:
