@@ -73,3 +73,11 @@ def test_every_result_is_linked_from_a_page() -> None:
     under docs/ or a Markdown file under benchmarks/ (a table linking its plot counts)."""
     linked = linked_files([*DOCS, *sorted((ROOT / "benchmarks").rglob("*.md"))])
     assert sorted(p.name for p in RESULTS.iterdir() if p.resolve() not in linked) == []
+
+
+def test_the_guide_stays_short() -> None:
+    """The guide holds what a user needs (issue 74): README.md at most 8 KB, each page under docs/ at
+    most 12 KB (the evidence lives in docs/research/ and benchmarks/results/, not held to it)."""
+    assert (ROOT / "README.md").stat().st_size <= 8_000
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert {p.name: p.stat().st_size for p in pages if p.stat().st_size > 12_000} == {}
