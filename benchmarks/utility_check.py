@@ -54,6 +54,9 @@ class Settings:
     delta: float = 1e-5
     rounds: int = 5
     q: int = 8
+    #: records of the split the truth is measured on (a random draw, fixed per task; the whole split
+    #: where it is smaller): what bounds the embedding time on 2 cores
+    truth_records: int = 1000
 
 
 def make_settings(quick: bool, split: str | None, seeds: int | None) -> Settings:
@@ -86,15 +89,25 @@ class TaskData:
     truth: tuple[np.ndarray, np.ndarray]
 
 
-def load(task_name: str, split: str, embedder: Any) -> TaskData:
+def load(task_name: str, s: Settings, embedder: Any) -> TaskData:
+    """The task's fit split (as many records as the largest M and the stand-ins need) and its
+    ``s.split`` (``s.truth_records`` of it), each a random draw fixed per task, embedded."""
     from wasp_vllm.data.records import load_private, load_test
     from wasp_vllm.tasks import get_task
 
     task = get_task(task_name)
     fit = load_private(f"{task_name}:fit", task)
-    truth = load_test(f"{task_name}:{split}", task)
-    return TaskData(task, (np.asarray(embedder.encode(fit.texts)), fit.labels),
-                    (np.asarray(embedder.encode(truth.texts)), truth.labels))  # fmt: skip
+    truth = load_test(f"{task_name}:{s.split}", task)
+    rng = np.random.default_rng(sum(map(ord, task_name)))
+
+    def drawn(texts: Sequence[str], labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.sort(rng.permutation(len(texts))[:n])
+        return np.asarray(embedder.encode([texts[i] for i in rows])), np.asarray(labels)[rows]
+
+    needed = max(s.m) + s.train + s.reference_train
+    return TaskData(
+        task, drawn(fit.texts, fit.labels, needed), drawn(truth.texts, truth.labels, s.truth_records)
+    )
 
 
 def one_draw(data: TaskData, m: int, seed: int, s: Settings, sigma: float, embedder: Any) -> dict[str, Any]:
@@ -135,7 +148,7 @@ def measure(s: Settings) -> dict[str, Any]:
     embedder, sigmas = CachedEmbedder.on_disk(), check_sigma(s)
     draws: list[dict[str, Any]] = []
     for task in s.tasks or tuple(SUITE):
-        data = load(task, s.split, embedder)
+        data = load(task, s, embedder)
         for m in s.m:
             if len(data.fit[1]) < m + s.reference_train + 30:
                 log.info("%s: its fit split holds too few records for M=%d; skipped", task, m)

@@ -600,3 +600,41 @@ def test_engine_processes_result_re_renders(tmp_path: Path) -> None:
     runs = payload["results"]["runs"]  # both variants ran every repetition, each in a fresh process
     assert [len(v) for v in runs.values()] == [payload["settings"]["reps"]] * 2
     assert max(r["processes_beside_the_run"] for r in runs["in the run's process"]) == 0
+
+
+def test_the_utility_check_benchmark_counts_coverage_per_m():
+    """benchmarks.utility_check: an interval covers when it holds the split's score; the half-width
+    is the synthetic set's (the first interval)."""
+    from benchmarks.utility_check import KINDS, summarise
+
+    def draw(m: int, truth: float) -> dict:
+        k = len(KINDS)
+        return {"m": m, "truth": [truth] * k, "low": [0.4] * k, "high": [0.6] * k, "estimate": [0.5] * k}
+
+    out = summarise([draw(100, 0.5), draw(100, 0.7), draw(300, 0.45)])
+    assert out["coverage"] == {"100": 0.5, "300": 1.0}
+    assert out["half_width"] == {"100": 0.1, "300": 0.1}
+    assert out["coverage_by_kind"]["100"] == dict.fromkeys(KINDS, 0.5)
+
+
+def test_the_utility_check_benchmark_draws_disjoint_records_and_noises_them():
+    import numpy as np
+
+    from benchmarks.utility_check import Settings, TaskData, one_draw
+    from tests.fakes import HashEmbedderForTests
+    from wasp_vllm.tasks import get_task
+
+    rng, task, embedder = np.random.default_rng(0), get_task("drugs"), HashEmbedderForTests()
+    d, labels, truth_labels = embedder.dim, np.arange(600) % 3, np.arange(300) % 3
+    emb = np.eye(3, d)[labels] * 3 + rng.normal(size=(600, d))
+    truth = (np.eye(3, d)[truth_labels] * 3 + rng.normal(size=(300, d)), truth_labels)
+    data = TaskData(task, (emb, labels), truth)
+    s = Settings(m=(100,), train=200, reference_train=30)
+    quiet = one_draw(data, 100, 0, s, sigma=1e-6, embedder=embedder)
+    loud = one_draw(data, 100, 0, s, sigma=20.0, embedder=embedder)
+    assert quiet["truth"] == loud["truth"] and quiet["truth"][0] > 0.7  # the same models, far above chance
+    widths = [np.subtract(d["high"], d["low"]) for d in (quiet, loud)]
+    assert (widths[1] > widths[0]).all()  # the noise widens every interval
+    assert all(
+        lo <= est <= hi for lo, est, hi in zip(quiet["low"], quiet["estimate"], quiet["high"], strict=True)
+    )
