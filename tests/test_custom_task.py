@@ -9,6 +9,7 @@ manifest names, not on a default.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 from tests.test_cli_errors import assert_refused
 from wasp_vllm.cli import app
 from wasp_vllm.tasks import get_task
+from wasp_vllm.tasks.prompts import build_prompt
 from wasp_vllm.tasks.spec import PROMPT_KINDS
 from wasp_vllm.tasks.template import task_template
 
@@ -34,6 +36,29 @@ def test_the_template_is_a_valid_task_as_written(tmp_path, monkeypatch):
     assert text.count("\n#") >= 10  # commented: every section says what it is for
     check = CliRunner().invoke(app, ["tasks", "--check", "tickets.toml"])
     assert check.exit_code == 0 and "labels label_a, label_b" in check.output
+
+
+def test_the_template_asks_for_attributes_and_they_work_once_uncommented(tmp_path):
+    """Issue 75: the template recommends a public attribute; uncommenting its lines gives a task
+    whose prompts ask for one of each label's values."""
+    text = task_template("tickets")
+    assert "Recommended: a public attribute" in text and get_task_from(tmp_path, text).attribute_name is None
+    uncommented = re.sub(
+        r"^# (attribute_name|attribute_template|\[label_attribute_values\]|label_[ab] = \[)",
+        r"\1",
+        text,
+        flags=re.MULTILINE,
+    )
+    spec = get_task_from(tmp_path, uncommented)
+    assert spec.attribute_name == "topic" and len(spec.attribute_choices("label_a")) == 3
+    prompt = build_prompt(spec, "zero_shot", "label_a", attribute=spec.attribute_choices("label_a")[0])
+    assert "about a first sub-topic that is the first kind" in prompt
+
+
+def get_task_from(folder: Path, text: str):
+    path = folder / "t.toml"
+    path.write_text(text)
+    return get_task(str(path))
 
 
 def test_the_template_keeps_an_existing_file_and_refuses_a_bad_name(tmp_path):

@@ -24,6 +24,15 @@ description = "One line on what the texts are (shown in the data set's card)."
 # The labels, exactly as your file's label column spells them (or see label_aliases below).
 labels = ["label_a", "label_b"]
 
+# Recommended: a public attribute that varies the prompts within a label, e.g. a few sub-topics
+# per label that you write yourself (never copied from your records).  Without one, nothing but the
+# label varies the prompts; with one, every method wrote better data on each set measured (+0.06
+# macro-F1 on a five-topic news set).  Each prompt then asks for one value, written into it as
+# {{attribute_text}} by attribute_template.  Uncomment the two lines below and the table
+# label_attribute_values further down (or give one list for all labels as attribute_values).
+# attribute_name = "topic"
+# attribute_template = " about {{attribute}}"
+
 # Optional: other spellings in your file that mean the same label (matched ignoring case, spaces
 # and underscores).  Every label of the file must be a label or an alias, or the run stops.
 [label_aliases]
@@ -35,23 +44,28 @@ label_b = ["b", "second"]
 label_a = "the first kind"
 label_b = "the second kind"
 
+# The attribute's values per label (with attribute_name above).
+# [label_attribute_values]
+# label_a = ["a first sub-topic", "a second sub-topic", "a third sub-topic"]
+# label_b = ["another sub-topic", "and another", "and a third"]
+
 # The three prompts of WASP.  {{label_text}} is the label's description above; in round 0 the PLMs
 # see the zero-shot prompt; later rounds show synthetic samples the private records voted for:
 # {{examples}} (few_shot, the default) or {{good_examples}} and {{bad_examples}} (contrastive).
 # Each prompt must end on an opening double quote and no space after it: the sample is what the
 # model writes next, up to the closing quote.
 [templates]
-zero_shot = \'\'\'A text of the {name} task that is {{label_text}}: "\'\'\'
+zero_shot = \'\'\'A text of the {name} task{{attribute_text}} that is {{label_text}}: "\'\'\'
 few_shot = \'\'\'{{examples}}
-Another text of the {name} task that is {{label_text}}, different from the ones above: "\'\'\'
+Another text of the {name} task{{attribute_text}} that is {{label_text}}, different from the ones above: "\'\'\'
 contrastive = \'\'\'{{bad_examples}}
 {{good_examples}}
-A new text of the {name} task that is {{label_text}}, closer to the good ones than to the bad ones: "\'\'\'
+A new text of the {name} task{{attribute_text}} that is {{label_text}}, closer to the good ones than to the bad ones: "\'\'\'
 # How one synthetic sample is shown inside the prompts above ({{text}} is the sample).
 example = \'\'\'A text that is {{label_text}}: "{{text}}"\'\'\'
 good_example = \'\'\'A good text that is {{label_text}}: "{{text}}"\'\'\'
 bad_example = \'\'\'A bad text: "{{text}}"\'\'\'
-"""
+"""  # noqa: E501 (a prompt is one line of the file)
 
 
 def task_template(name: str, file: str | None = None) -> str:
