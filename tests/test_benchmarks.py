@@ -638,3 +638,21 @@ def test_the_utility_check_benchmark_draws_disjoint_records_and_noises_them():
     assert all(
         lo <= est <= hi for lo, est, hi in zip(quiet["low"], quiet["estimate"], quiet["high"], strict=True)
     )
+
+
+def test_the_grid_scores_the_label_descriptions_without_a_run(tmp_path: Path) -> None:
+    """Issue 75, item 5: every table has the row of the label descriptions alone; it generates
+    nothing (no engine, no run folder) and scores the nearest description on the split."""
+    from benchmarks.quality import harness
+    from benchmarks.quality.grid import DEFAULT_METHODS, QUICK_METHODS, method_table
+    from tests.fakes import HashEmbedderForTests
+
+    method = method_table(100)["descriptions"][0]
+    assert "descriptions" in DEFAULT_METHODS and "descriptions" in QUICK_METHODS
+    assert not method.generates and harness.run_key_config(method, 0, None, None) is None  # type: ignore[arg-type]
+    assert "descriptions" not in method_table(100)["wasp"][0].key_fields()  # older methods keep their keys
+    settings = harness.Settings("vllm", 24, 2, None, tmp_path)
+    data = harness.Data("drugs", "validation")
+    record = harness.run_one(method, 0, data, settings, pool=None, embedder=HashEmbedderForTests())  # type: ignore[arg-type]
+    assert 0.0 <= record["macro_f1"] <= 1.0 and record["gen_s"] == 0.0 and record["method"] == "descriptions"
+    assert not any(tmp_path.iterdir())  # no run folder

@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse and not args.reuse.is_file():
         p.error(f"--reuse {args.reuse}: no such file")
     grid = report.read_json(args.results)
-    runs = [r for r in grid["runs"] if "error" not in r]
+    # (the label descriptions' row trains no task model: nothing to score again)
+    runs = [r for r in grid["runs"] if "error" not in r and r["method"] != "descriptions"]
     methods = [m for m in args.methods.split(",") if m] or list(dict.fromkeys(r["method"] for r in runs))
     if unknown := sorted(set(methods) - {r["method"] for r in runs}):
         p.error(f"--methods: {', '.join(unknown)} has no finished run in {args.results}")

@@ -65,8 +65,8 @@ from wasp_vllm.privacy.report import PrivacyReport
 CHOOSING = tuple(t for t, group in SUITE.items() if group == "choosing")
 TASKS = (*CHOOSING, *(t for t in SUITE if t not in CHOOSING))
 QUICK_TASKS = ("tweets", "trec")
-DEFAULT_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "aug-pe:gemma3", "wasp")
-QUICK_METHODS = ("only-private", "fusegen", "aug-pe:smollm2", "wasp")
+DEFAULT_METHODS = ("descriptions", "only-private", "fusegen", "aug-pe:smollm2", "aug-pe:gemma3", "wasp")
+QUICK_METHODS = ("descriptions", "only-private", "fusegen", "aug-pe:smollm2", "wasp")
 FEDERATED = {"parties": 10, "dirichlet": 1.0}
 #: Every run: room for IMDb's contrastive prompts (S=8 examples of up to 200 tokens each).
 RUN_CONFIG: dict[str, Any] = {"engine_args": {"max_model_len": 4096}}
@@ -103,6 +103,7 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
     wasp = {"strategy": "wasp", "plms": both}
     fewshot = {**wasp, "strategy": "wasp-no-contrast"}  # = today's WASP, under the key its records have
     rows: list[tuple[str, str, str, dict[str, Any], tuple[str, str] | None]] = [
+        ("descriptions", "The label descriptions alone (no data, no generation)", "baseline", {}, None),
         ("only-private", "OnlyPrivate (no DP)", "baseline", {}, None),
         ("fusegen", "FuseGen (zero-shot, 2 PLMs)", "baseline", {"strategy": "fusegen", "plms": both}, None),
         *((f"aug-pe:{p}", f"Aug-PE ({p})", "baseline",
@@ -133,7 +134,8 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
     ]  # fmt: skip
     table = {}
     for key, label, group, overrides, pair in rows:
-        method = Method(key, label, group, overrides, m=m, only_private=key == "only-private")
+        method = Method(key, label, group, overrides, m=m, only_private=key == "only-private",
+                        descriptions=key == "descriptions")  # fmt: skip
         default = (key, "wasp") if group in ("lever", "variant") else ("wasp", key)
         table[key] = (method, pair or default)
     for name, (label, _) in POLICIES.items():  # experiments: WASP's settings, another round policy

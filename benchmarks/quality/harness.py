@@ -80,13 +80,22 @@ class Method:
     # An experimental round policy by name (policies.py), handed to the run, never a RunConfig
     # setting; None runs the paper's.
     policy: str | None = None
+    # The label descriptions alone (the nearest description in the evaluation embedder): no data,
+    # no generation, the reference point of every table (issue 75).
+    descriptions: bool = False
+
+    @property
+    def generates(self) -> bool:
+        """Whether the method runs a generation (OnlyPrivate and the descriptions do not)."""
+        return not (self.only_private or self.descriptions)
 
     def key_fields(self) -> dict[str, Any]:
-        """What of the method a record key holds: a method without a policy keeps the key it had
-        before policies existed."""
+        """What of the method a record key holds: a field added since is left out at its default,
+        so the methods before it keep their keys."""
         fields = asdict(self)
-        if fields["policy"] is None:
-            del fields["policy"]
+        for added in ("policy", "descriptions"):
+            if fields[added] == Method.__dataclass_fields__[added].default:
+                del fields[added]
         return fields
 
 
@@ -331,9 +340,9 @@ def key_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_key_config(method: Method, seed: int, data: Data, settings: Settings) -> dict[str, Any] | None:
-    """The run configuration a record is keyed by (None for OnlyPrivate, which has none); raises
+    """The run configuration a record is keyed by (None for a method with no run); raises
     ValueError where these settings cannot run the method."""
-    if method.only_private:
+    if not method.generates:
         return None
     config = key_config(run_config(method, seed, data, settings).model_dump())
     return config if method.policy is None else config | {"policy": method.policy}  # another run
@@ -358,10 +367,10 @@ def finished_record(method: Method, seed: int, data: Data, settings: Settings) -
     method of ``settings.twins`` whose run configuration is identical; None if there is none."""
     config = run_key_config(method, seed, data, settings)
     own = record_path(method, seed, data, settings, config)
-    if own.exists() or method.only_private:
+    if own.exists() or not method.generates:
         return own if own.exists() else None
     for twin in settings.twins:
-        if twin.key == method.key or twin.only_private:  # (M is in the configuration)
+        if twin.key == method.key or not twin.generates:  # (M is in the configuration)
             continue
         try:
             twin_config = run_key_config(twin, seed, data, settings)
@@ -537,6 +546,18 @@ def _only_private(method: Method, seed: int, data: Data, embedder: Any, start: f
             "eval_s": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
+def _descriptions(data: Data, embedder: Any, start: float) -> dict[str, Any]:
+    from wasp_vllm.data.records import load_test
+    from wasp_vllm.evaluation.descriptions import descriptions_score
+    from wasp_vllm.tasks import get_task
+
+    task = get_task(data.task)
+    scored = load_test(data.scored, task)
+    score = descriptions_score(task, embedder, embedder.encode(list(scored.texts)), scored.labels)
+    return {"accuracy": score.accuracy, "macro_f1": score.macro_f1, "fid": None, "fid_per_round": None,
+            "gen_s": 0.0, "eval_s": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
 def _record_head(method: Method, seed: int, data: Data) -> dict[str, Any]:
     return {"method": method.key, "label": method.label, "group": method.group, "task": data.task,
             "seed": seed, "m": method.m}  # fmt: skip
@@ -559,6 +580,8 @@ def run_one(
     start = time.perf_counter()
     if method.only_private:
         return record | _only_private(method, seed, data, embedder, start)
+    if method.descriptions:
+        return record | _descriptions(data, embedder, start)
     cfg = run_config(method, seed, data, settings)
     out = settings.work / f"{method.key.replace(':', '-')}_s{seed}"
     started_before = sum(pool.startup_s.values())
