@@ -15,9 +15,14 @@ independent of the M records, as a DP synthetic set nearly is: what a real run a
 that score also voted) is its optimism, measured by the suite's runs, not here.
 
     python -m benchmarks.utility_check [--quick] [--split validation|test] [--seeds 20]
+    python -m benchmarks.utility_check --from-json R.json --grid G.json   # adds the real runs' table
 
 writes ``utility_check.{md,json,png}``; the JSON keeps ``{"coverage": {M: share}, "half_width": {M:
-median}}`` for each M measured; ``--from-json FILE`` re-renders a saved result.
+median}}`` for each M measured; ``--from-json FILE`` re-renders a saved result.  ``--grid FILE``
+adds what real runs say (a quality grid's results with the ``wasp-utility-check`` method beside
+``wasp``): the check's estimate on the private records less the split's score (the optimism of
+scoring on the records that voted), whether its interval covers the split's score, and the
+macro-F1 the check's share costs, paired by seed.
 """
 
 from __future__ import annotations
@@ -175,6 +180,48 @@ def summarise(draws: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def real_runs(grid: dict[str, Any]) -> dict[str, Any]:
+    """From a quality grid's results: per run with the check, its estimate and interval on the
+    private records against the split's score; per task and seed, macro-F1 with the check less
+    without it."""
+    runs = [r for r in grid["runs"] if "error" not in r]
+    scored = {(r["task"], r["seed"]): r["macro_f1"] for r in runs if r["method"] == "wasp"}
+    rows = []
+    for r in runs:
+        if r["method"] != "wasp-utility-check" or "utility_check" not in r:
+            continue
+        (synthetic, *_), split = r["utility_check"]["sets"], r["macro_f1"]
+        estimate, low, high = (synthetic["macro_f1"][k] for k in ("estimate", "low", "high"))
+        without = scored.get((r["task"], r["seed"]))
+        rows.append({"task": r["task"], "seed": r["seed"], "on_private": estimate, "low": low, "high": high,
+                     "on_split": split, "optimism": round(estimate - split, 4),
+                     "covered": low <= split <= high,
+                     "cost": None if without is None else round(without - split, 4)})  # fmt: skip
+    return {"split": grid["settings"]["split"], "rows": rows}
+
+
+def real_runs_table(runs: dict[str, Any]) -> report.Table:
+    table = report.Table(
+        f"Real runs: the check on the private records against the {runs['split']} split",
+        ["task", "seed", "on the private records [interval]", "on the split", "optimism", "covered",
+         "WASP without the check − with it"],
+        notes=["optimism: the check's estimate less the split's score (the records that score also voted)",
+               "the last column: what the check's share of the budget cost the votes, paired by seed"],
+    )  # fmt: skip
+    for r in runs["rows"]:
+        table.rows.append([r["task"], r["seed"], f"{r['on_private']:.3f} [{r['low']:.3f}, {r['high']:.3f}]",
+                           f"{r['on_split']:.3f}", f"{r['optimism']:+.3f}", "yes" if r["covered"] else "no",
+                           "-" if r["cost"] is None else f"{r['cost']:+.3f}"])  # fmt: skip
+    if runs["rows"]:
+        optimism = np.array([r["optimism"] for r in runs["rows"]])
+        costs = np.array([r["cost"] for r in runs["rows"] if r["cost"] is not None])
+        covered = np.mean([r["covered"] for r in runs["rows"]])
+        table.rows.append(["mean ± sd", len(optimism), "", "",
+                           f"{optimism.mean():+.3f} ± {optimism.std():.3f}", f"{covered:.0%}",
+                           f"{costs.mean():+.3f} ± {costs.std():.3f}" if len(costs) else "-"])  # fmt: skip
+    return table
+
+
 def tables(payload: dict[str, Any]) -> list[report.Table]:
     r = payload["results"]
     kinds = report.Table("Coverage of each interval (share of draws whose interval holds the split's score)",
@@ -192,7 +239,7 @@ def tables(payload: dict[str, Any]) -> list[report.Table]:
     noise.rows += [["the check's cells", sig["utility_sigma"]],
                    ["the votes, with the check", sig["votes_sigma_with_check"]],
                    ["the votes, without it", sig["votes_sigma_without"]]]  # fmt: skip
-    return [kinds, noise]
+    return [kinds, noise, *([real_runs_table(payload["real_runs"])] if "real_runs" in payload else [])]
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
@@ -215,10 +262,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = bench_cli.parser(__doc__, NAME)
     p.add_argument("--split", choices=("validation", "test"), help="the split whose score is the truth")
     p.add_argument("--seeds", type=int, help="draws per task and M")
+    p.add_argument("--grid", type=Path, help="a quality grid's results JSON with wasp-utility-check runs")
     args = p.parse_args(argv)
+    if args.grid is not None and not args.grid.is_file():
+        p.error(f"--grid {args.grid}: no such file")
     payload = bench_cli.measure_or_load(
         args, argv, __file__, lambda: make_settings(args.quick, args.split, args.seeds), measure
     )
+    if args.grid is not None:
+        payload["real_runs"] = real_runs(report.read_json(args.grid)) | {"grid": str(args.grid)}
     payload |= {key: payload["results"][key] for key in ("coverage", "half_width")}  # the JSON's headline
     name = NAME if payload["settings"]["split"] == "test" else f"{NAME}_{payload['settings']['split']}"
     report.write_all(args.out, name, TITLE, payload, tables(payload), plot)

@@ -656,3 +656,28 @@ def test_the_grid_scores_the_label_descriptions_without_a_run(tmp_path: Path) ->
     record = harness.run_one(method, 0, data, settings, pool=None, embedder=HashEmbedderForTests())  # type: ignore[arg-type]
     assert 0.0 <= record["macro_f1"] <= 1.0 and record["gen_s"] == 0.0 and record["method"] == "descriptions"
     assert not any(tmp_path.iterdir())  # no run folder
+
+
+def test_the_utility_check_benchmark_reads_real_runs_from_a_grid():
+    """The check's estimate on the private records against the split's score, and the macro-F1 its
+    share cost, paired by seed (a run without its pair has no cost)."""
+    from benchmarks.utility_check import real_runs, real_runs_table
+
+    def check(estimate: float) -> dict:
+        interval = {"estimate": estimate, "low": estimate - 0.05, "high": estimate + 0.05}
+        return {"sets": [{"name": "synthetic", "macro_f1": interval}]}
+
+    checked = {"task": "trec", "method": "wasp-utility-check"}
+    grid = {"settings": {"split": "validation"}, "runs": [
+        {"task": "trec", "seed": 0, "method": "wasp", "macro_f1": 0.70},
+        checked | {"seed": 0, "macro_f1": 0.68, "utility_check": check(0.72)},
+        checked | {"seed": 1, "macro_f1": 0.60, "utility_check": check(0.70)},
+        checked | {"seed": 2, "error": "boom"},
+    ]}  # fmt: skip
+    rows = real_runs(grid)["rows"]
+    assert [(r["optimism"], r["covered"], r["cost"]) for r in rows] == [
+        (0.04, True, 0.02),
+        (0.1, False, None),
+    ]
+    table = real_runs_table(real_runs(grid) | {"grid": "g.json"}).markdown()
+    assert "+0.070 ± 0.030" in table and "50%" in table

@@ -124,6 +124,10 @@ def method_table(m: int) -> dict[str, tuple[Method, tuple[str, str]]]:
           for q in (1, 2, 4, 16)),
         ("wasp-paper-accountant", "WASP, the paper's accountant (sigma by its formula)", "variant",
          {**wasp, "accountant": "paper"}, None),
+        # issue 76: what the check's share costs the votes, and how its figures on the private
+        # records compare with the split's
+        ("wasp-utility-check", "WASP with the utility check (a tenth of the budget)", "variant",
+         {**wasp, "utility_check_share": 0.1}, None),
         *((f"wasp-n{n}", f"WASP, N = {n}", "variant", {**wasp, "n": n}, None) for n in (600, 1200)),
         ("wasp-federated", "Federated WASP (10 parties)", "federated", {**wasp, **FEDERATED}, None),
         ("pretext", "Pre-Text (10 parties, 2 PLMs)", "federated",

@@ -643,8 +643,11 @@ def score_run(
 def summary_of_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     from wasp_vllm.privacy.report import PrivacyReport
 
-    plan = PrivacyReport.from_json(manifest["privacy"]).plan
+    privacy = PrivacyReport.from_json(manifest["privacy"])
+    plan, check = privacy.plan, privacy.utility_check
     return {
+        # the check's figures on the private records, beside the split's score (issue 76: optimism)
+        **({} if check is None else {"utility_check": check.to_json()}),
         "sigma": plan.sigma,
         "privacy_plan": plan.to_dict(),
         "final_weights": dict(
