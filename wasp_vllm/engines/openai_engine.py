@@ -131,7 +131,10 @@ class OpenAIEngine:
         self._retried = 0
         self._lock = threading.Condition()
         key = api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
-        limits = httpx.Limits(max_connections=concurrency * len(urls) + 4)
+        # Idle connections expire before the server's keep-alive does (uvicorn's, vLLM's server
+        # included: 5 s, httpx's default too): a request on one the server is closing at that
+        # moment fails, and a healthy replica would be counted a failure between two rounds.
+        limits = httpx.Limits(max_connections=concurrency * len(urls) + 4, keepalive_expiry=2.0)
         self._client = httpx.Client(
             timeout=policy.timeout_s, limits=limits, headers={"Authorization": f"Bearer {key}"}
         )
