@@ -201,12 +201,17 @@ def real_runs(grid: dict[str, Any]) -> dict[str, Any]:
 
 
 def real_runs_table(runs: dict[str, Any]) -> report.Table:
+    grid = Path(runs["grid"]).stem  # its files lie beside this table's
+    files = ", ".join(f"[{kind}]({grid}{end})" for kind, end in (("table", ".md"), ("JSON", ".json"),
+                      ("plot", ".png"), ("junk per round", "_junk.png")))  # fmt: skip
     table = report.Table(
         f"Real runs: the check on the private records against the {runs['split']} split",
         ["task", "seed", "on the private records [interval]", "on the split", "optimism", "covered",
          "WASP without the check − with it"],
         notes=["optimism: the check's estimate less the split's score (the records that score also voted)",
-               "the last column: what the check's share of the budget cost the votes, paired by seed"],
+               "the last column: what the check's share of the budget cost the votes, paired by seed",
+               f"the grid these runs come from: {files}; this table added by `python -m "
+               f"benchmarks.utility_check --from-json RESULT.json --grid {runs['grid']}`"],
     )  # fmt: skip
     for r in runs["rows"]:
         table.rows.append([r["task"], r["seed"], f"{r['on_private']:.3f} [{r['low']:.3f}, {r['high']:.3f}]",
