@@ -119,8 +119,8 @@ def one_draw(data: TaskData, m: int, seed: int, s: Settings, sigma: float, embed
     """One check: intervals of the three task models on M drawn records, and their truths."""
     from sklearn.metrics import f1_score
 
-    from wasp_vllm.evaluation.classifier import fit_predict_logreg
     from wasp_vllm.evaluation.descriptions import description_prototypes, nearest_description
+    from wasp_vllm.pipeline.utility_check import task_model
     from wasp_vllm.privacy.mechanisms import clean_confusion
     from wasp_vllm.privacy.utility import figures
 
@@ -132,10 +132,9 @@ def one_draw(data: TaskData, m: int, seed: int, s: Settings, sigma: float, embed
     reference = order[m + len(train) : m + len(train) + s.reference_train]
     prototypes = description_prototypes(data.task, embedder)
 
-    def model(rows: np.ndarray) -> Any:
-        return lambda x: fit_predict_logreg(emb[rows], labels[rows], x, seed)
-
-    models = [model(train), model(reference), lambda x: nearest_description(x, prototypes)]
+    # the run's own task models (pipeline/utility_check.py), on the stand-ins
+    models = [*(task_model(emb[rows], labels[rows], seed) for rows in (train, reference)),
+              lambda x: nearest_description(x, prototypes)]  # fmt: skip
     k = len(data.task.labels)
     clean = np.stack([clean_confusion(labels[private], m_(emb[private]), k) for m_ in models])
     check = figures(clean + rng.normal(0.0, sigma, clean.shape), sigma, seed)

@@ -214,7 +214,7 @@ def evaluate_synthetic(
     log.info("evaluated %s: accuracy %.4f", synthetic_path, report.accuracy)
     return SyntheticScores(
         synthetic_path=str(Path(synthetic_path)), task=task.name, model=str(settings.model),
-        embedder=None if enc is None else str(getattr(enc, "name", type(enc).__name__)),
+        embedder=str(getattr(enc, "name", type(enc).__name__)),
         reused_stored_embeddings=reused, seed=settings.seed, counts=_describe_synthetic(synth, task.labels),
         classifier=report, fid_method=settings.fid_method,
         label_agreement=public, operator=operator, descriptions=descriptions,
